@@ -1,0 +1,80 @@
+// Helpers shared by npullm's benchmarks: per-iteration timing with medians, and the counters
+// of shared/DESIGN.md (GBps, pct_bw, GFLOPs, pct_peak, x_naive) against the machine's limits
+// measured in the same process.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "machine_limits.hpp"
+
+namespace npullm::bench {
+
+inline std::size_t all_threads() {
+  return std::max<std::size_t>(1, std::thread::hardware_concurrency());
+}
+
+// The thread counts every benchmark runs at: 1 and all (once when they are equal).
+inline std::vector<std::size_t> thread_counts() {
+  return all_threads() == 1 ? std::vector<std::size_t>{1}
+                            : std::vector<std::size_t>{1, all_threads()};
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs fn once per benchmark iteration and returns the median seconds of one run.
+template <class Fn>
+double timed_loop(benchmark::State& state, Fn&& fn) {
+  std::vector<double> seconds;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    benchmark::ClobberMemory();
+  }
+  return median(std::move(seconds));
+}
+
+// Median seconds of `repetitions` runs of fn (for baselines measured beside the benchmark).
+template <class Fn>
+double median_seconds(int repetitions, Fn&& fn) {
+  std::vector<double> seconds;
+  for (int r = 0; r < repetitions; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    benchmark::ClobberMemory();
+  }
+  return median(std::move(seconds));
+}
+
+// GBps and pct_bw for `bytes` moved in `seconds` at `threads`.
+inline void set_bandwidth_counters(benchmark::State& state, double bytes, double seconds,
+                                   std::size_t threads) {
+  const double gbps = bytes / seconds / 1e9;
+  state.counters["GBps"] = gbps;
+  state.counters["pct_bw"] = 100.0 * gbps / limits_for(threads).read_gbps;
+}
+
+// GFLOPs and pct_peak (of the fp32 FMA peak, or the bf16 dot peak when bf16 is true).
+inline void set_flops_counters(benchmark::State& state, double flops, double seconds,
+                               std::size_t threads, bool bf16 = false) {
+  const double gflops = flops / seconds / 1e9;
+  const auto& m = limits_for(threads);
+  state.counters["GFLOPs"] = gflops;
+  const double peak = bf16 && m.bf16_gflops > 0 ? m.bf16_gflops : m.fma_gflops;
+  state.counters["pct_peak"] = 100.0 * gflops / peak;
+}
+
+}  // namespace npullm::bench

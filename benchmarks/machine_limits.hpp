@@ -1,0 +1,224 @@
+// Measures what this machine can do, in this process, so that benchmarks report their figures
+// as a percentage of it:
+//   read_gbps    streaming read bandwidth over a buffer far larger than the last-level cache
+//   triad_gbps   STREAM triad a[i] = b[i] + s * c[i] (3 x 4 bytes per element counted)
+//   fma_gflops   fp32 fused multiply-add peak (2 flops per lane per FMA) at the widest width
+//                the compiler targets
+//   bf16_gflops  bf16 dot-product peak (`vdpbf16ps`: 2 flops per bf16 pair), 0 without it
+// per thread count: every thread runs the same loop at the same time (a spin barrier starts
+// them together) and the slowest thread's time counts. Each figure is the best of several
+// repetitions: the limit the machine reached, which a kernel can be compared against.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/tensor.hpp"
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace npullm::bench {
+
+struct machine_limits {
+  std::size_t threads = 1;
+  double read_gbps = 0;
+  double triad_gbps = 0;
+  double fma_gflops = 0;
+  double bf16_gflops = 0;  // 0 when the CPU (or the build) has no bf16 dot product
+};
+
+namespace detail {
+
+using clock = std::chrono::steady_clock;
+
+// Runs body(t) on `threads` threads at once; returns the slowest thread's seconds.
+template <class Body>
+double timed_on_all_threads(const thread_pool& pool, std::size_t threads, Body&& body) {
+  std::atomic<std::size_t> arrived{0};
+  std::vector<double> seconds(threads, 0.0);
+  pool.parallel_for(threads, [&](std::size_t t) {
+    arrived.fetch_add(1);
+    while (arrived.load() < threads) {
+    }
+    const auto start = clock::now();
+    body(t);
+    seconds[t] = std::chrono::duration<double>(clock::now() - start).count();
+  });
+  return *std::max_element(seconds.begin(), seconds.end());
+}
+
+inline std::uint64_t read_sum(const std::uint64_t* p, std::size_t n) {
+  // Four independent sums keep several loads in flight; integer adds vectorize freely.
+  std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += p[i];
+    s1 += p[i + 1];
+    s2 += p[i + 2];
+    s3 += p[i + 3];
+  }
+  for (; i < n; ++i) s0 += p[i];
+  return s0 + s1 + s2 + s3;
+}
+
+// `iterations` rounds of 12 independent FMA chains; returns flops done.
+inline double fma_loop(std::size_t iterations, float* sink) {
+#if defined(__AVX512F__)
+  constexpr int lanes = 16;
+  __m512 acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_ps(1.0f + 0.001f * static_cast<float>(k));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < 12; ++k) acc[k] = _mm512_fmadd_ps(acc[k], a, b);
+  }
+  __m512 total = acc[0];
+  for (int k = 1; k < 12; ++k) total = _mm512_add_ps(total, acc[k]);
+  *sink += _mm512_reduce_add_ps(total);
+  return 2.0 * lanes * 12 * static_cast<double>(iterations);
+#elif defined(__FMA__)
+  constexpr int lanes = 8;
+  __m256 acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm256_set1_ps(1.0f + 0.001f * static_cast<float>(k));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < 12; ++k) acc[k] = _mm256_fmadd_ps(acc[k], a, b);
+  }
+  alignas(32) float out[8];
+  __m256 total = acc[0];
+  for (int k = 1; k < 12; ++k) total = _mm256_add_ps(total, acc[k]);
+  _mm256_store_ps(out, total);
+  for (float x : out) *sink += x;
+  return 2.0 * lanes * 12 * static_cast<double>(iterations);
+#else
+  // No FMA targeted: multiply + add, still 2 flops, in a width the compiler vectorizes.
+  float acc[12][8];
+  for (int k = 0; k < 12; ++k) {
+    for (int l = 0; l < 8; ++l) acc[k][l] = 1.0f + 0.001f * static_cast<float>(k);
+  }
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < 12; ++k) {
+      for (int l = 0; l < 8; ++l) acc[k][l] = acc[k][l] * 0.999999f + 1e-7f;
+    }
+  }
+  for (int k = 0; k < 12; ++k) {
+    for (int l = 0; l < 8; ++l) *sink += acc[k][l];
+  }
+  return 2.0 * 8 * 12 * static_cast<double>(iterations);
+#endif
+}
+
+// bf16 dot products: each vdpbf16ps does 32 bf16 multiplies and 32 adds into 16 f32 lanes.
+inline double bf16_dot_loop(std::size_t iterations, float* sink) {
+#if defined(__AVX512BF16__)
+  __m512 acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm512_setzero_ps();
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-4f));
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < 12; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+  }
+  __m512 total = acc[0];
+  for (int k = 1; k < 12; ++k) total = _mm512_add_ps(total, acc[k]);
+  *sink += _mm512_reduce_add_ps(total);
+  return 64.0 * 12 * static_cast<double>(iterations);
+#else
+  (void)iterations;
+  (void)sink;
+  return 0.0;
+#endif
+}
+
+}  // namespace detail
+
+// Measures the limits at a thread count (takes about a second).
+inline machine_limits measure_machine_limits(std::size_t threads, int repetitions = 5) {
+  machine_limits m;
+  m.threads = threads;
+  thread_pool pool(threads);
+
+  // 512 MiB: 16x a 32 MiB last-level cache. Each thread reads its own contiguous part.
+  constexpr std::size_t read_bytes = std::size_t{512} << 20;
+  const std::size_t words = read_bytes / sizeof(std::uint64_t);
+  tensor<std::uint64_t, 1> buffer(words);
+  pool.parallel_for(threads, [&](std::size_t t) {  // first touch by the thread that reads it
+    const std::size_t b = chunk_begin(words, threads, t), e = chunk_begin(words, threads, t + 1);
+    for (std::size_t i = b; i < e; ++i) buffer.data()[i] = i;
+  });
+  std::vector<std::uint64_t> sums(threads);
+  for (int r = 0; r < repetitions; ++r) {
+    const double s = detail::timed_on_all_threads(pool, threads, [&](std::size_t t) {
+      const std::size_t b = chunk_begin(words, threads, t), e = chunk_begin(words, threads, t + 1);
+      sums[t] += detail::read_sum(buffer.data() + b, e - b);
+    });
+    m.read_gbps = std::max(m.read_gbps, static_cast<double>(read_bytes) / s / 1e9);
+  }
+  buffer = {};
+
+  // Triad over three 128 MiB float arrays.
+  constexpr std::size_t triad_n = std::size_t{32} << 20;
+  tensor<float, 1> a(triad_n), b(triad_n), c(triad_n);
+  pool.parallel_for(threads, [&](std::size_t t) {
+    const std::size_t lo = chunk_begin(triad_n, threads, t),
+                      hi = chunk_begin(triad_n, threads, t + 1);
+    for (std::size_t i = lo; i < hi; ++i) {
+      b.data()[i] = 1.0f;
+      c.data()[i] = 2.0f;
+      a.data()[i] = 0.0f;
+    }
+  });
+  for (int r = 0; r < repetitions; ++r) {
+    const double s = detail::timed_on_all_threads(pool, threads, [&](std::size_t t) {
+      const std::size_t lo = chunk_begin(triad_n, threads, t);
+      const std::size_t hi = chunk_begin(triad_n, threads, t + 1);
+      float* __restrict pa = a.data();
+      const float* __restrict pb = b.data();
+      const float* __restrict pc = c.data();
+      for (std::size_t i = lo; i < hi; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+    });
+    m.triad_gbps = std::max(m.triad_gbps, 3.0 * 4.0 * static_cast<double>(triad_n) / s / 1e9);
+  }
+
+  std::vector<float> sink(threads, 0.0f);
+  constexpr std::size_t fma_iterations = 2'000'000;
+  for (int r = 0; r < repetitions; ++r) {
+    std::vector<double> flops(threads);
+    const double s = detail::timed_on_all_threads(pool, threads, [&](std::size_t t) {
+      flops[t] = detail::fma_loop(fma_iterations, &sink[t]);
+    });
+    m.fma_gflops = std::max(m.fma_gflops, flops[0] * static_cast<double>(threads) / s / 1e9);
+    const double s16 = detail::timed_on_all_threads(pool, threads, [&](std::size_t t) {
+      flops[t] = detail::bf16_dot_loop(fma_iterations, &sink[t]);
+    });
+    m.bf16_gflops = std::max(m.bf16_gflops, flops[0] * static_cast<double>(threads) / s16 / 1e9);
+  }
+  // Keep the results observable so no loop is optimized away.
+  volatile std::uint64_t keep = 0;
+  for (auto v : sums) keep = keep + v;
+  volatile float keep_f = 0;
+  for (float v : sink) keep_f = keep_f + v;
+  return m;
+}
+
+// Measured once per thread count per process, then reused.
+inline const machine_limits& limits_for(std::size_t threads) {
+  static std::mutex mutex;
+  static std::map<std::size_t, machine_limits> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(threads);
+  if (it == cache.end()) it = cache.emplace(threads, measure_machine_limits(threads)).first;
+  return it->second;
+}
+
+}  // namespace npullm::bench

@@ -1,0 +1,86 @@
+// npullm::error: the one exception type of the library.
+//
+// Every public entry point checks its arguments and throws `npullm::error` with a code and a
+// message that names the values involved ("row 7 out of range for batch of 4"). A call that
+// throws leaves every structure it was given as it was before the call.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace npullm {
+
+enum class error_code {
+  invalid_shape,       // shapes or extents that do not fit together
+  out_of_range,        // an index or slice outside an extent
+  capacity_exhausted,  // a fixed capacity (KV cache, block pool, prompt length) is full
+  unsupported,         // valid input that this build or backend does not handle
+  invalid_argument,    // a value that is wrong whatever the shapes
+  backend,             // a failure reported by the execution backend (Level Zero, ...)
+  io,                  // reading or mapping a file failed
+  corrupt_data,        // a file or buffer whose contents are malformed
+};
+
+constexpr std::string_view to_string(error_code code) noexcept {
+  switch (code) {
+    case error_code::invalid_shape: return "invalid_shape";
+    case error_code::out_of_range: return "out_of_range";
+    case error_code::capacity_exhausted: return "capacity_exhausted";
+    case error_code::unsupported: return "unsupported";
+    case error_code::invalid_argument: return "invalid_argument";
+    case error_code::backend: return "backend";
+    case error_code::io: return "io";
+    case error_code::corrupt_data: return "corrupt_data";
+  }
+  return "unknown";
+}
+
+class error : public std::runtime_error {
+ public:
+  // what() reads "npullm <code>: <message>".
+  error(error_code code, const std::string& message)
+      : std::runtime_error("npullm " + std::string(to_string(code)) + ": " + message),
+        code_(code) {}
+
+  [[nodiscard]] error_code code() const noexcept { return code_; }
+
+ private:
+  error_code code_;
+};
+
+namespace detail {
+
+// Builds a message from streamable parts: concat("row ", r, " of ", n).
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+// Prints a sequence as "[a, b, c]" for messages that name shapes.
+template <class Range>
+std::string format_list(const Range& values) {
+  std::ostringstream out;
+  out << '[';
+  bool first = true;
+  for (const auto& v : values) {
+    out << (first ? "" : ", ") << v;
+    first = false;
+  }
+  out << ']';
+  return out.str();
+}
+
+}  // namespace detail
+
+// Throws npullm::error(code, concat(parts...)). Kept out of line of hot code by [[noreturn]].
+template <class... Parts>
+[[noreturn]] void raise(error_code code, const Parts&... parts) {
+  throw error(code, detail::concat(parts...));
+}
+
+}  // namespace npullm

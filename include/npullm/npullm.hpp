@@ -1,0 +1,11 @@
+// npullm: header-only C++20 LLM execution primitives. This umbrella header includes every
+// public header; include the ones you use for faster builds.
+#pragma once
+
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/core/interop.hpp"
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/slice.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/core/tensor_view.hpp"

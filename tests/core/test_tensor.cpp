@@ -1,0 +1,110 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "npullm/core/tensor.hpp"
+
+namespace {
+
+using npullm::tensor;
+
+static_assert(!std::is_copy_constructible_v<tensor<float, 2>>);
+static_assert(!std::is_copy_assignable_v<tensor<float, 2>>);
+static_assert(std::is_nothrow_move_constructible_v<tensor<float, 2>>);
+
+TEST(Tensor, AlignedAndZeroed) {
+  for (std::size_t n : {1, 17, 37, 1000}) {
+    tensor<float, 2> t(n, 3);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data()) % 64, 0u);
+    EXPECT_EQ(t.size(), n * 3);
+    for (std::size_t i = 0; i < t.size(); ++i) ASSERT_EQ(t.data()[i], 0.0f);
+  }
+  tensor<npullm::bfloat16, 1> b(5);
+  EXPECT_EQ(b.data()[4].bits(), 0);
+}
+
+TEST(Tensor, ViewSeesStorage) {
+  tensor<float, 3> t(2, 3, 4);
+  auto v = t.view();
+  EXPECT_EQ(v.data_handle(), t.data());
+  EXPECT_EQ(v.extent(2), 4u);
+  v(1, 2, 3) = 5.0f;
+  EXPECT_EQ(t.data()[23], 5.0f);
+  const auto& ct = t;
+  static_assert(std::is_same_v<decltype(ct.view()), npullm::dense_view<const float, 3>>);
+}
+
+TEST(Tensor, MoveTransfersOwnership) {
+  tensor<float, 1> a(8);
+  float* p = a.data();
+  tensor<float, 1> b = std::move(a);
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(a.data(), nullptr);  // NOLINT: moved-from state is specified: empty
+  EXPECT_TRUE(a.empty());
+  tensor<float, 1> c(2);
+  c = std::move(b);
+  EXPECT_EQ(c.data(), p);
+  EXPECT_EQ(c.size(), 8u);
+}
+
+TEST(Tensor, CloneIsDeep) {
+  tensor<float, 2> a(3, 3);
+  a.data()[4] = 2.0f;
+  auto b = a.clone();
+  EXPECT_NE(b.data(), a.data());
+  EXPECT_EQ(b.data()[4], 2.0f);
+  EXPECT_EQ(b.shape(), a.shape());
+  b.data()[4] = 3.0f;
+  EXPECT_EQ(a.data()[4], 2.0f);
+}
+
+TEST(Tensor, OverflowingShapeThrows) {
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+  try {
+    tensor<float, 2> t(huge, 4);
+    FAIL() << "expected npullm::error";
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), npullm::error_code::invalid_shape);
+  }
+  EXPECT_THROW((tensor<float, 1>(-3)), npullm::error);
+}
+
+TEST(Tensor, EmptyShapeAllocatesNothing) {
+  tensor<float, 2> t(0, 5);
+  EXPECT_EQ(t.data(), nullptr);
+  EXPECT_TRUE(t.view().empty());
+}
+
+// The allocator is a policy: a counting one sees every allocation and deallocation.
+struct counts {
+  int allocations = 0;
+  int deallocations = 0;
+};
+counts g_counts;
+
+template <class T>
+struct counting_allocator : npullm::aligned_allocator<T> {
+  using value_type = T;
+  T* allocate(std::size_t n) {
+    ++g_counts.allocations;
+    return npullm::aligned_allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    ++g_counts.deallocations;
+    npullm::aligned_allocator<T>::deallocate(p, n);
+  }
+};
+
+TEST(Tensor, AllocatorPolicy) {
+  g_counts = {};
+  {
+    tensor<float, 1, counting_allocator<float>> t(10);
+    auto u = t.clone();
+    EXPECT_EQ(g_counts.allocations, 2);
+  }
+  EXPECT_EQ(g_counts.deallocations, 2);
+}
+
+}  // namespace
