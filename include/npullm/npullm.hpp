@@ -9,3 +9,9 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
+
+#include "npullm/kv/block_pool.hpp"
+#include "npullm/kv/block_table.hpp"
+#include "npullm/kv/contiguous_cache.hpp"
+#include "npullm/kv/kv_tile.hpp"
+#include "npullm/kv/prefix_cache.hpp"

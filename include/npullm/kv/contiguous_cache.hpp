@@ -1,0 +1,144 @@
+// contiguous_cache: the static-capacity KV cache a static-shape (NPU) graph uses.
+//
+// Storage [layers][K|V][kv_heads, capacity, head_dim]: each layer's K (or V) is one buffer a
+// device graph binds as is. append(n) reserves positions [length, length + n); a full cache is
+// capacity_exhausted ("KV cache is full") naming the capacity. split_into_blocks(block_size)
+// gives zero-copy block views over the valid tokens (full blocks plus a shorter tail), so the
+// attention code that runs over block tables runs over this cache too; the cache itself is a
+// KV source with one tile per layer.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "npullm/core/error.hpp"
+#include "npullm/core/slice.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/kv/kv_tile.hpp"
+
+namespace npullm::kv {
+
+template <storage_type T, class Allocator = aligned_allocator<T>>
+class contiguous_cache {
+ public:
+  using value_type = T;
+
+  contiguous_cache(kv_shape shape, std::size_t capacity, const Allocator& alloc = Allocator())
+      : shape_(checked(shape, capacity)),
+        capacity_(capacity),
+        storage_({shape.layers * 2, shape.kv_heads, capacity * shape.head_dim}, alloc) {}
+
+  // Reserves n more positions; returns the first. Throws capacity_exhausted when they do not
+  // fit (the length is unchanged).
+  std::size_t append(std::size_t n) {
+    if (n > capacity_ - length_) {
+      raise(error_code::capacity_exhausted, "contiguous_cache: KV cache is full: capacity ",
+            capacity_, " tokens, length ", length_, ", appending ", n);
+    }
+    const std::size_t first = length_;
+    length_ += n;
+    return first;
+  }
+
+  void truncate(std::size_t n) {
+    if (n > length_) {
+      raise(error_code::out_of_range, "contiguous_cache: truncate to ", n, " tokens, length is ",
+            length_);
+    }
+    length_ = n;
+  }
+  void reset() noexcept { length_ = 0; }
+
+  // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim).
+  [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer, kv_part part) noexcept {
+    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, shape_.head_dim,
+                        capacity_ * shape_.head_dim);
+  }
+  // Where token `pos` (< length()) keeps its K or V for a layer: (kv_heads, head_dim).
+  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part) {
+    if (pos >= length_) {
+      raise(error_code::out_of_range, "contiguous_cache: token ", pos, " out of range for length ",
+            length_);
+    }
+    return subview(buffer(layer, part), all, pos, all);
+  }
+
+  // ---- KV source: one tile per layer, the valid tokens ---------------------------------------
+
+  [[nodiscard]] std::size_t length() const noexcept { return length_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] const kv_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] std::size_t tile_count() const noexcept { return length_ == 0 ? 0 : 1; }
+  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t /*i*/) const noexcept {
+    return range_tile(layer, 0, length_);
+  }
+
+  // Tokens [first, first + len) of one layer as a tile: zero-copy.
+  [[nodiscard]] kv_tile<T> range_tile(std::size_t layer, std::size_t first,
+                                      std::size_t len) const noexcept {
+    const std::size_t head_stride = capacity_ * shape_.head_dim;
+    const std::size_t offset = first * shape_.head_dim;
+    return {make_kv_view<const T>(data(layer, kv_part::k) + offset, shape_.kv_heads, len,
+                                  shape_.head_dim, head_stride),
+            make_kv_view<const T>(data(layer, kv_part::v) + offset, shape_.kv_heads, len,
+                                  shape_.head_dim, head_stride),
+            first};
+  }
+
+  class block_split;
+  // Zero-copy blocks of block_size tokens over the valid length (the last may be shorter).
+  // The split sees the tokens valid now; append more and split again to see them.
+  [[nodiscard]] block_split split_into_blocks(std::size_t block_size) const {
+    if (block_size == 0) {
+      raise(error_code::invalid_argument, "contiguous_cache: split_into_blocks(0)");
+    }
+    return block_split(*this, block_size);
+  }
+
+ private:
+  static kv_shape checked(kv_shape shape, std::size_t capacity) {
+    shape.validate("contiguous_cache");
+    if (capacity == 0) raise(error_code::invalid_argument, "contiguous_cache: capacity 0");
+    return shape;
+  }
+  T* data(std::size_t layer, kv_part part) noexcept {
+    return storage_.data() + (layer * 2 + static_cast<std::size_t>(part)) * shape_.kv_heads *
+                                 capacity_ * shape_.head_dim;
+  }
+  const T* data(std::size_t layer, kv_part part) const noexcept {
+    return const_cast<contiguous_cache*>(this)->data(layer, part);
+  }
+
+  kv_shape shape_;
+  std::size_t capacity_;
+  std::size_t length_ = 0;
+  tensor<T, 3, Allocator> storage_;  // (layers * 2, kv_heads, capacity * head_dim)
+};
+
+template <storage_type T, class Allocator>
+class contiguous_cache<T, Allocator>::block_split {
+ public:
+  using value_type = T;
+
+  [[nodiscard]] std::size_t length() const noexcept { return length_; }
+  [[nodiscard]] std::size_t block_size() const noexcept { return block_size_; }
+  [[nodiscard]] std::size_t tile_count() const noexcept {
+    return (length_ + block_size_ - 1) / block_size_;
+  }
+  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
+    const std::size_t first = i * block_size_;
+    return cache_->range_tile(layer, first, std::min(block_size_, length_ - first));
+  }
+
+ private:
+  friend class contiguous_cache;
+  block_split(const contiguous_cache& cache, std::size_t block_size) noexcept
+      : cache_(&cache), block_size_(block_size), length_(cache.length()) {}
+
+  const contiguous_cache* cache_;
+  std::size_t block_size_;
+  std::size_t length_;
+};
+
+}  // namespace npullm::kv

@@ -1,0 +1,68 @@
+// What every KV source hands to attention: its K and V as a sequence of tiles.
+//
+//   kv_shape        layers, kv_heads, head_dim of a model's KV
+//   kv_tile<T>      one tile of one layer: k, v as [kv_heads, tile_len, head_dim] views, plus
+//                   the position of its first token
+//   kv_source       a type with tile_count() and tile(layer, i): contiguous caches, their
+//                   split-into-blocks views and block tables all are, so one attention kernel
+//                   runs over all of them.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include "npullm/core/error.hpp"
+#include "npullm/core/tensor_view.hpp"
+
+namespace npullm::kv {
+
+struct kv_shape {
+  std::size_t layers = 0;
+  std::size_t kv_heads = 0;
+  std::size_t head_dim = 0;
+
+  // Elements of one token's K (or V) in one layer.
+  [[nodiscard]] constexpr std::size_t token_elements() const noexcept {
+    return kv_heads * head_dim;
+  }
+
+  void validate(const char* who) const {
+    if (layers == 0 || kv_heads == 0 || head_dim == 0) {
+      raise(error_code::invalid_shape, who,
+            ": KV shape needs layers, kv_heads and head_dim > 0, got ", layers, ", ", kv_heads,
+            ", ", head_dim);
+    }
+  }
+  friend constexpr bool operator==(const kv_shape&, const kv_shape&) = default;
+};
+
+enum class kv_part { k = 0, v = 1 };
+
+template <class T>
+struct kv_tile {
+  strided_view<const T, 3> k;  // (kv_heads, length, head_dim)
+  strided_view<const T, 3> v;  // (kv_heads, length, head_dim)
+  std::size_t position = 0;    // sequence position of the tile's first token
+
+  [[nodiscard]] std::size_t length() const noexcept { return k.extent(1); }
+};
+
+template <class S>
+concept kv_source = requires(const S& s, std::size_t i) {
+  typename S::value_type;
+  { s.length() } -> std::convertible_to<std::size_t>;
+  { s.tile_count() } -> std::convertible_to<std::size_t>;
+  { s.tile(i, i) } -> std::same_as<kv_tile<typename S::value_type>>;
+};
+
+// [kv_heads, length, head_dim] view with the given head stride (elements between heads).
+template <class T>
+strided_view<T, 3> make_kv_view(T* data, std::size_t kv_heads, std::size_t length,
+                                std::size_t head_dim, std::size_t head_stride) {
+  using view = strided_view<T, 3>;
+  return view(data, typename view::mapping_type(dextents<3>(kv_heads, length, head_dim),
+                                                {head_stride, head_dim, 1}));
+}
+
+}  // namespace npullm::kv

@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "npullm/kv/block_pool.hpp"
+
+namespace {
+
+using namespace npullm::kv;
+using npullm::error;
+using npullm::error_code;
+
+block_pool<float> make_pool(std::size_t blocks = 4) {
+  return {kv_shape{2, 2, 8}, 16, blocks};
+}
+
+template <class Fn>
+void expect_error(Fn&& fn, error_code code, const std::string& fragment) {
+  try {
+    fn();
+    FAIL() << "expected npullm::error";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(BlockPool, AllocateIsAllOrNothing) {
+  auto pool = make_pool(4);
+  auto a = pool.allocate(3);
+  EXPECT_EQ(a, (std::vector<block_id>{0, 1, 2}));
+  EXPECT_EQ(pool.free_count(), 1u);
+  EXPECT_EQ(pool.used_count(), 3u);
+  const auto free_before = pool.free_blocks();
+  expect_error([&] { (void)pool.allocate(2); }, error_code::capacity_exhausted,
+               "requested 2 blocks, 1 free of 4");
+  EXPECT_EQ(pool.free_blocks(), free_before);
+  EXPECT_EQ(pool.used_count(), 3u);
+  EXPECT_TRUE(pool.allocate(0).empty());
+}
+
+TEST(BlockPool, ReferenceCountsAndLeastRecentlyReleasedFirst) {
+  auto pool = make_pool(4);
+  auto a = pool.allocate(4);
+  pool.retain(a[1]);
+  EXPECT_EQ(pool.ref_count(a[1]), 2u);
+  pool.release(a[1]);
+  EXPECT_EQ(pool.free_count(), 0u);
+  pool.release(a[2]);
+  pool.release(a[0]);
+  EXPECT_EQ(pool.free_blocks(), (std::vector<block_id>{2, 0}));
+  EXPECT_EQ(pool.allocate(1), std::vector<block_id>{2});  // released first, reused first
+}
+
+TEST(BlockPool, ReleasingAFreeBlockIsAnError) {
+  auto pool = make_pool(2);
+  expect_error([&] { pool.release(1); }, error_code::invalid_argument, "block 1 which is not held");
+  expect_error([&] { pool.retain(0); }, error_code::invalid_argument, "not held");
+  expect_error([&] { pool.release(7); }, error_code::out_of_range, "pool has 2 blocks");
+  expect_error([&] { pool.reclaim(0); }, error_code::invalid_argument, "not a free cached block");
+  EXPECT_EQ(pool.free_count(), 2u);
+}
+
+TEST(BlockPool, BlockViewsAreZeroCopyIntoStorage) {
+  auto pool = make_pool(3);
+  const auto s = pool.shape();
+  auto k = pool.block(2, 1, kv_part::k);  // (kv_heads, block_size, head_dim)
+  auto v = pool.block(2, 1, kv_part::v);
+  EXPECT_EQ(k.extent(0), 2u);
+  EXPECT_EQ(k.extent(1), 16u);
+  EXPECT_EQ(k.extent(2), 8u);
+  const std::size_t block_elems = s.kv_heads * 16 * s.head_dim;
+  EXPECT_EQ(k.data_handle(), pool.data() + ((1 * 2 + 0) * 3 + 2) * block_elems);
+  EXPECT_EQ(v.data_handle(), pool.data() + ((1 * 2 + 1) * 3 + 2) * block_elems);
+  k(1, 3, 4) = 5.0f;
+  EXPECT_EQ(pool.data()[(1 * 2 * 3 + 2) * block_elems + (1 * 16 + 3) * 8 + 4], 5.0f);
+}
+
+TEST(BlockPool, CopyBlockCopiesEveryLayerAndPart) {
+  auto pool = make_pool(2);
+  for (std::size_t layer = 0; layer < 2; ++layer) {
+    pool.block(0, layer, kv_part::k)(1, 2, 3) = 1.0f + static_cast<float>(layer);
+    pool.block(0, layer, kv_part::v)(0, 4, 0) = 9.0f;  // token 4: beyond the copied 3
+  }
+  pool.copy_block(0, 1, 3);
+  EXPECT_EQ(pool.block(1, 1, kv_part::k)(1, 2, 3), 2.0f);
+  EXPECT_EQ(pool.block(1, 0, kv_part::v)(0, 4, 0), 0.0f);
+}
+
+TEST(BlockPool, BadConstructionArguments) {
+  expect_error(
+      [] {
+        block_pool<float>(kv_shape{0, 2, 8}, 16, 4);
+      },
+      error_code::invalid_shape, "layers, kv_heads and head_dim");
+  expect_error(
+      [] {
+        block_pool<float>(kv_shape{1, 2, 8}, 0, 4);
+      },
+      error_code::invalid_argument, "block_size 0");
+}
+
+TEST(BlockPool, MetadataIsSmall) {
+  EXPECT_LE(block_pool<float>::metadata_bytes_per_block(), 16u);
+}
+
+}  // namespace
