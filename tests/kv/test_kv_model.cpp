@@ -28,7 +28,9 @@ void run_model(std::uint64_t seed, std::size_t block_size, std::size_t blocks, s
   EXPECT_GT(model.failed_calls(), steps / 50) << "seed " << seed;
   EXPECT_GT(model.prefix_hits(), 0u) << "seed " << seed;
   // With one-token blocks no block is ever partially filled: nothing to copy on write.
-  if (block_size > 1) EXPECT_GT(model.copies_on_write(), 0u) << "seed " << seed;
+  if (block_size > 1) {
+    EXPECT_GT(model.copies_on_write(), 0u) << "seed " << seed;
+  }
 }
 
 TEST(KvModel, RandomOperationsFloat) {

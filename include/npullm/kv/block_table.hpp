@@ -72,7 +72,9 @@ class block_table {
     const bool copy_last = n > 0 && blocks_.size() * bs > length_ && !writable(blocks_.back());
     const std::size_t fresh = needed - std::min(needed, blocks_.size()) + (copy_last ? 1 : 0);
 
-    blocks_.reserve(needed);                             // may throw: nothing changed yet
+    // Grow geometrically (reserve(needed) alone would reallocate on every new block). May
+    // throw: nothing has changed yet.
+    if (needed > blocks_.capacity()) blocks_.reserve(std::max(needed, 2 * blocks_.capacity()));
     std::vector<block_id> got = pool_->allocate(fresh);  // throws before any change
     std::size_t next = 0;
     if (copy_last) {

@@ -31,17 +31,16 @@ namespace npullm::kv {
 
 using token_id = std::int32_t;
 
-// 64-bit FNV-1a over the parent hash and the tokens, then a final avalanche (splitmix64).
+// Chains the parent's hash with a block's token ids: one multiply-xorshift round per token,
+// then a final avalanche (the splitmix64 finalizer). Not cryptographic: entries are verified
+// by their tokens, so a collision costs a comparison, never wrong KV.
 struct chained_block_hash {
   std::uint64_t operator()(std::uint64_t parent, std::span<const token_id> tokens) const noexcept {
-    std::uint64_t h = 0xcbf29ce484222325ull ^ parent;
-    auto mix = [&h](std::uint64_t v) {
-      for (int byte = 0; byte < 8; ++byte) {
-        h ^= (v >> (8 * byte)) & 0xff;
-        h *= 0x100000001b3ull;
-      }
-    };
-    for (token_id t : tokens) mix(static_cast<std::uint32_t>(t));
+    std::uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+    for (token_id t : tokens) {
+      h = (h ^ static_cast<std::uint32_t>(t)) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 27;
