@@ -23,8 +23,10 @@ void machine_limits_benchmark(benchmark::State& state, std::size_t threads) {
 }
 
 // Converts n floats (64 MiB of f32: past the last-level cache) to a 16-bit type. Bytes moved
-// (f32 read + 16-bit written) as GBps and % of read bandwidth; x_naive against a scalar loop
-// of the portable conversion in the same process.
+// (f32 read + 16-bit written) as GBps and % of the read bandwidth limit; reads and writes
+// together can move more than a read-only stream, so pct_bw may pass 100 here. x_naive is
+// against a scalar loop of the portable conversion in the same process (for bf16 the compiler
+// vectorizes that loop too, and both run at memory speed).
 template <class To>
 void convert_benchmark(benchmark::State& state, std::size_t n) {
   npullm::tensor<float, 1> in(n);
