@@ -6,6 +6,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/interop.hpp"
 #include "npullm/core/parallel.hpp"
+#include "npullm/core/simd.hpp"
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
@@ -15,3 +16,8 @@
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/kv/kv_tile.hpp"
 #include "npullm/kv/prefix_cache.hpp"
+
+#include "npullm/attention/flash.hpp"
+#include "npullm/attention/mask.hpp"
+#include "npullm/attention/reference.hpp"
+#include "npullm/attention/state.hpp"

@@ -1,0 +1,411 @@
+// Tiled flash attention over any KV source ("host flash attention": past KV in tiles, the
+// present chunk's own K/V as the final tile), with an online-softmax state per query row.
+//
+//   q        (q_heads, q_len, D)     f32
+//   past     tiles of (kv_heads, len, D) K and V, f32 / f16 / bf16 storage, positions 0, 1, ...
+//   present  optional final tile (kv_heads, q_len, D) at position = past length
+//   out      (q_heads, q_len, D)     f32
+//   lse      (q_heads, q_len)        f32, optional: log-sum-exp of each row's scores
+// Query head h reads KV head h / (q_heads / kv_heads): K/V are never duplicated for GQA/MQA.
+// Everything accumulates in f32 whatever the storage type.
+//
+// Work is split into items (kv head, query tile, KV split). Each item runs the rows of every
+// query head in its KV head's group together, so a tile of K and V is read once for all of
+// them. Decode (q_len <= one query tile) also splits the keys into fixed-length parts
+// (FlashDecoding) whose partial states are merged in order afterwards. Item boundaries do not
+// depend on the thread count, so results are identical for any thread count and any run.
+//
+// Per 16-key sub-tile of an item: K is converted to f32 and transposed once (D x 16, shared by
+// all rows); scores for 4 rows at a time are broadcast-FMAs over D; the online-softmax update
+// runs on 16 lanes; then P V accumulates 4 rows x 64 output columns in registers. A sub-tile
+// that the mask hides entirely is skipped before any of that.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "npullm/attention/mask.hpp"
+#include "npullm/attention/state.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/simd.hpp"
+#include "npullm/core/tensor_view.hpp"
+#include "npullm/kv/kv_tile.hpp"
+
+namespace npullm::attention {
+
+// The tile policy: QueryTile queries per work item (times the GQA group), KeyTile keys per
+// sub-tile (16 for now: one SIMD vector of scores), SplitLength keys per decode split.
+template <std::size_t QueryTile = 16, std::size_t KeyTile = 16, std::size_t SplitLength = 512>
+struct flash {
+  static_assert(QueryTile >= 1, "flash: QueryTile must be at least 1");
+  static_assert(KeyTile == simd::lanes, "flash: KeyTile must be 16 (one vector of scores)");
+  static_assert(SplitLength % KeyTile == 0, "flash: SplitLength must be a multiple of KeyTile");
+  static constexpr std::size_t query_tile = QueryTile;
+  static constexpr std::size_t key_tile = KeyTile;
+  static constexpr std::size_t split_length = SplitLength;
+};
+
+template <class P>
+concept flash_policy = requires {
+  { P::query_tile } -> std::convertible_to<std::size_t>;
+  { P::key_tile } -> std::convertible_to<std::size_t>;
+  { P::split_length } -> std::convertible_to<std::size_t>;
+};
+
+struct attention_io {
+  dense_view<const float, 3> q;  // (q_heads, q_len, D)
+  dense_view<float, 3> out;      // (q_heads, q_len, D)
+  dense_view<float, 2> lse{};    // (q_heads, q_len), optional
+  float scale = 1.0f;
+};
+
+namespace detail {
+
+inline constexpr std::size_t key_block = simd::lanes;  // keys per sub-tile
+inline constexpr std::size_t row_block = 4;            // rows sharing one pass over K / V
+
+// What one work item computes on: the rows of its group and query tile.
+struct item_rows {
+  std::size_t kv_head;
+  std::size_t q_begin, q_end;  // query rows [q_begin, q_end) of the call
+  std::size_t group;           // query heads per KV head
+  [[nodiscard]] std::size_t queries() const noexcept { return q_end - q_begin; }
+  [[nodiscard]] std::size_t count() const noexcept { return group * queries(); }
+  // Row r = g * queries() + (i - q_begin) is query head kv_head * group + g, query i.
+  [[nodiscard]] std::size_t head(std::size_t r) const noexcept {
+    return kv_head * group + r / queries();
+  }
+  [[nodiscard]] std::size_t query(std::size_t r) const noexcept { return q_begin + r % queries(); }
+};
+
+// Per-thread working memory of one item (reused across items and calls).
+struct item_scratch {
+  std::vector<float> q;     // (rows, D) queries times scale
+  std::vector<float> kt;    // (D, 16) the sub-tile's K, transposed
+  std::vector<float> p;     // (rows, 16) probabilities of the sub-tile
+  std::vector<float> acc;   // (rows, D)
+  std::vector<float> m, l;  // (rows)
+
+  void prepare(std::size_t rows, std::size_t dim) {
+    q.resize(rows * dim);
+    kt.resize(dim * key_block);
+    p.resize(rows * key_block);
+    acc.assign(rows * dim, 0.0f);
+    m.assign(rows, neg_inf);
+    l.assign(rows, 0.0f);
+  }
+};
+
+inline item_scratch& thread_scratch() {
+  thread_local item_scratch scratch;
+  return scratch;
+}
+
+// Scores of rows [r0, r0 + R) against the transposed sub-tile: s[r] = q_r . k_j for 16 j.
+template <std::size_t R>
+inline void block_scores(const float* q, const float* kt, std::size_t dim, simd::f32x16* s) {
+  simd::f32x16 acc[R];
+  for (std::size_t r = 0; r < R; ++r) acc[r] = simd::zero();
+  for (std::size_t d = 0; d < dim; ++d) {
+    const simd::f32x16 k = simd::load(kt + d * key_block);
+    for (std::size_t r = 0; r < R; ++r) acc[r] = simd::fmadd_broadcast(q + r * dim + d, k, acc[r]);
+  }
+  for (std::size_t r = 0; r < R; ++r) s[r] = acc[r];
+}
+
+// acc[r] += sum_j p[r][j] v_j for rows [r0, r0 + R), 64 columns at a time.
+template <std::size_t R, class T>
+inline void block_pv(const float* p, const T* v, std::size_t v_row_stride, std::size_t n,
+                     std::size_t dim, float* acc) {
+  constexpr std::size_t cols = 4 * simd::lanes;
+  for (std::size_t c0 = 0; c0 < dim; c0 += cols) {
+    const std::size_t nc = std::min(cols, dim - c0) / simd::lanes;
+    simd::f32x16 a[R][4];
+    for (std::size_t r = 0; r < R; ++r) {
+      for (std::size_t c = 0; c < nc; ++c)
+        a[r][c] = simd::load(acc + r * dim + c0 + c * simd::lanes);
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      simd::f32x16 vj[4];
+      for (std::size_t c = 0; c < nc; ++c)
+        vj[c] = simd::load(v + j * v_row_stride + c0 + c * simd::lanes);
+      for (std::size_t r = 0; r < R; ++r) {
+        const simd::f32x16 pr = simd::set1(p[r * key_block + j]);
+        for (std::size_t c = 0; c < nc; ++c) a[r][c] = simd::fmadd(pr, vj[c], a[r][c]);
+      }
+    }
+    for (std::size_t r = 0; r < R; ++r) {
+      for (std::size_t c = 0; c < nc; ++c)
+        simd::store(acc + r * dim + c0 + c * simd::lanes, a[r][c]);
+    }
+  }
+}
+
+// Calls fn.template operator()<R>(r0) over rows [0, rows) in blocks of row_block.
+template <class Fn>
+inline void for_row_blocks(std::size_t rows, Fn&& fn) {
+  std::size_t r0 = 0;
+  for (; r0 + row_block <= rows; r0 += row_block) fn.template operator()<row_block>(r0);
+  switch (rows - r0) {
+    case 3: fn.template operator()<3>(r0); break;
+    case 2: fn.template operator()<2>(r0); break;
+    case 1: fn.template operator()<1>(r0); break;
+    default: break;
+  }
+}
+
+// One sub-tile of n <= 16 keys at positions [j0, j0 + n): k, v point at the kv head's first
+// key of the sub-tile, rows D elements apart.
+template <class T, mask_policy Mask>
+void process_keys(const item_rows& rows, const T* k, const T* v, std::size_t j0, std::size_t n,
+                  std::size_t dim, tile_visibility visibility, const Mask& mask, item_scratch& s) {
+  // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
+  for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
+    simd::f32x16 block[simd::lanes];
+    for (std::size_t j = 0; j < simd::lanes; ++j) {
+      block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
+    }
+    simd::transpose16(block);
+    for (std::size_t d = 0; d < simd::lanes; ++d)
+      simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
+  }
+
+  const std::size_t count = rows.count();
+  for_row_blocks(count, [&]<std::size_t R>(std::size_t r0) {
+    simd::f32x16 scores[R];
+    block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
+    for (std::size_t r = 0; r < R; ++r) {
+      const std::size_t row = r0 + r;
+      simd::f32x16 sc = simd::mask_tail(scores[r], n);
+      if (visibility == tile_visibility::partial) {
+        alignas(64) float tmp[simd::lanes];
+        simd::store(tmp, sc);
+        const std::size_t i = rows.query(row);
+        for (std::size_t j = 0; j < n; ++j) {
+          if (!mask.visible(i, j0 + j)) tmp[j] = neg_inf;
+        }
+        sc = simd::load(tmp);
+      }
+      float* p = s.p.data() + row * key_block;
+      const float m_old = s.m[row];
+      const float m_new = std::max(m_old, simd::reduce_max(sc));
+      if (m_new == neg_inf) {  // nothing visible to this row yet: p = 0, state unchanged
+        simd::store(p, simd::zero());
+        continue;
+      }
+      const simd::f32x16 prob = simd::exp(simd::sub(sc, simd::set1(m_new)));
+      simd::store(p, prob);
+      if (m_new != m_old) {
+        const float alpha = m_old == neg_inf ? 0.0f : std::exp(m_old - m_new);
+        float* acc = s.acc.data() + row * dim;
+        const simd::f32x16 va = simd::set1(alpha);
+        for (std::size_t d = 0; d < dim; d += simd::lanes) {
+          simd::store(acc + d, simd::mul(simd::load(acc + d), va));
+        }
+        s.l[row] *= alpha;
+        s.m[row] = m_new;
+      }
+      s.l[row] += simd::reduce_add(prob);
+    }
+  });
+
+  for_row_blocks(count, [&]<std::size_t R>(std::size_t r0) {
+    block_pv<R>(s.p.data() + r0 * key_block, v, dim, n, dim, s.acc.data() + r0 * dim);
+  });
+}
+
+// Runs the keys [key_begin, key_end) of one tile (at `position`) through the item's rows.
+template <class T, mask_policy Mask>
+void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t key_begin,
+                  std::size_t key_end, std::size_t dim, const Mask& mask, item_scratch& s) {
+  const std::size_t q0 = rows.q_begin, q1 = rows.q_end;
+  const T* k_head = tile.k.data_handle() + rows.kv_head * tile.k.stride(0);
+  const T* v_head = tile.v.data_handle() + rows.kv_head * tile.v.stride(0);
+  for (std::size_t j = key_begin; j < key_end; j += key_block) {
+    const std::size_t n = std::min(key_block, key_end - j);
+    const std::size_t pos = tile.position + j;
+    const tile_visibility vis = mask.classify(q0, q1, pos, pos + n);
+    if (vis == tile_visibility::hidden) continue;
+    process_keys(rows, k_head + j * dim, v_head + j * dim, pos, n, dim, vis, mask, s);
+  }
+}
+
+template <class T>
+void check_tile(const kv::kv_tile<T>& t, std::size_t kv_heads, std::size_t dim,
+                std::size_t position, const char* what) {
+  const auto& k = t.k;
+  const auto& v = t.v;
+  if (k.extent(0) != kv_heads || v.extent(0) != kv_heads || k.extent(2) != dim ||
+      v.extent(2) != dim || v.extent(1) != k.extent(1)) {
+    raise(error_code::invalid_shape, "flash_attention: ", what, " K ",
+          npullm::detail::format_extents(k.extents()), " / V ",
+          npullm::detail::format_extents(v.extents()), " do not match ", kv_heads,
+          " KV heads and head_dim ", dim);
+  }
+  if (k.stride(2) != 1 || v.stride(2) != 1 || k.stride(1) != dim || v.stride(1) != dim) {
+    raise(error_code::unsupported, "flash_attention: ", what,
+          " rows must be dense (stride 1 within a key, head_dim between keys)");
+  }
+  if (t.position != position) {
+    raise(error_code::invalid_argument, "flash_attention: ", what, " starts at position ",
+          t.position, ", expected ", position, " (tiles must be consecutive from 0)");
+  }
+}
+
+}  // namespace detail
+
+// Flash attention over explicit tiles. See the top of this file for shapes.
+template <flash_policy Tiles = flash<>, storage_type T, storage_type P = float,
+          mask_policy Mask = no_mask, threading_policy Policy = serial>
+void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> past,
+                     const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
+  const std::size_t q_heads = io.q.extent(0), q_len = io.q.extent(1), dim = io.q.extent(2);
+  if (dim == 0 || dim % simd::lanes != 0) {
+    raise(error_code::unsupported, "flash_attention: head_dim ", dim,
+          " is not a positive multiple of ", simd::lanes);
+  }
+  if (io.out.extents() != io.q.extents()) {
+    raise(error_code::invalid_shape, "flash_attention: out ",
+          npullm::detail::format_extents(io.out.extents()), " differs from q ",
+          npullm::detail::format_extents(io.q.extents()));
+  }
+  if (io.lse.data_handle() != nullptr &&
+      (io.lse.extent(0) != q_heads || io.lse.extent(1) != q_len)) {
+    raise(error_code::invalid_shape, "flash_attention: lse ",
+          npullm::detail::format_extents(io.lse.extents()), " for q ",
+          npullm::detail::format_extents(io.q.extents()));
+  }
+  std::size_t kv_heads = 0;
+  if (!past.empty())
+    kv_heads = past.front().k.extent(0);
+  else if (present != nullptr)
+    kv_heads = present->k.extent(0);
+  std::size_t past_len = 0;
+  for (const auto& t : past) {
+    detail::check_tile(t, kv_heads, dim, past_len, "past tile");
+    past_len += t.length();
+  }
+  if (present != nullptr) {
+    detail::check_tile(*present, kv_heads, dim, past_len, "present tile");
+    if (present->length() != q_len) {
+      raise(error_code::invalid_shape, "flash_attention: present tile has ", present->length(),
+            " keys for ", q_len, " queries");
+    }
+  }
+  const std::size_t kv_len = past_len + (present != nullptr ? present->length() : 0);
+  if (kv_heads != 0 && (q_heads % kv_heads != 0)) {
+    raise(error_code::invalid_shape, "flash_attention: ", q_heads,
+          " query heads are not a multiple of ", kv_heads, " KV heads");
+  }
+  if (kv_len < mask.required_kv_length(q_len)) {
+    raise(error_code::invalid_shape, "flash_attention: KV has ", kv_len, " keys, the mask needs ",
+          mask.required_kv_length(q_len), " for ", q_len, " queries");
+  }
+  if (q_len == 0 || q_heads == 0) return;
+  if (kv_heads == 0) {  // no keys at all: every row is empty
+    for (std::size_t h = 0; h < q_heads; ++h) {
+      for (std::size_t i = 0; i < q_len; ++i) {
+        for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = 0.0f;
+        if (io.lse.data_handle() != nullptr) io.lse(h, i) = neg_inf;
+      }
+    }
+    return;
+  }
+
+  const std::size_t group = q_heads / kv_heads;
+  const std::size_t q_tiles = (q_len + Tiles::query_tile - 1) / Tiles::query_tile;
+  const bool split = q_tiles == 1 && kv_len > Tiles::split_length;
+  const std::size_t splits = split ? (kv_len + Tiles::split_length - 1) / Tiles::split_length : 1;
+  const std::size_t items = kv_heads * q_tiles * splits;
+
+  // Split partials: (items, rows, D + 2) holding acc, m, l of every row.
+  const std::size_t max_rows = group * std::min(q_len, Tiles::query_tile);
+  std::vector<float> partials(split ? items * max_rows * (dim + 2) : 0);
+
+  policy.parallel_for(items, [&](std::size_t item) {
+    const std::size_t part = item % splits;
+    const std::size_t qt = item / splits % q_tiles;
+    const std::size_t hk = item / splits / q_tiles;
+    const detail::item_rows rows{hk, qt * Tiles::query_tile,
+                                 std::min(q_len, (qt + 1) * Tiles::query_tile), group};
+    const std::size_t key_begin = part * Tiles::split_length;
+    const std::size_t key_end = split ? std::min(kv_len, key_begin + Tiles::split_length) : kv_len;
+
+    detail::item_scratch& s = detail::thread_scratch();
+    s.prepare(rows.count(), dim);
+    for (std::size_t r = 0; r < rows.count(); ++r) {
+      const std::size_t h = rows.head(r), i = rows.query(r);
+      for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;
+    }
+    // Tiles overlapping [key_begin, key_end), clipped to it.
+    auto run = [&](const auto& tile) {
+      const std::size_t t0 = tile.position, t1 = tile.position + tile.length();
+      if (t1 <= key_begin || t0 >= key_end) return;
+      if (mask.classify(rows.q_begin, rows.q_end, std::max(t0, key_begin), std::min(t1, key_end)) ==
+          tile_visibility::hidden) {
+        return;
+      }
+      detail::process_tile(rows, tile, std::max(t0, key_begin) - t0, std::min(t1, key_end) - t0,
+                           dim, mask, s);
+    };
+    // Past tiles in order; binary search for the first one that reaches key_begin.
+    auto first = std::partition_point(past.begin(), past.end(), [&](const auto& t) {
+      return t.position + t.length() <= key_begin;
+    });
+    for (auto it = first; it != past.end() && it->position < key_end; ++it) run(*it);
+    if (present != nullptr) run(*present);
+
+    for (std::size_t r = 0; r < rows.count(); ++r) {
+      if (split) {
+        float* out = partials.data() + (item * max_rows + r) * (dim + 2);
+        std::copy_n(s.acc.data() + r * dim, dim, out);
+        out[dim] = s.m[r];
+        out[dim + 1] = s.l[r];
+      } else {
+        softmax_state state(s.m[r], s.l[r], std::span<float>(s.acc.data() + r * dim, dim));
+        state.normalize();
+        const std::size_t h = rows.head(r), i = rows.query(r);
+        for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = s.acc[r * dim + d];
+        if (io.lse.data_handle() != nullptr) io.lse(h, i) = state.lse();
+      }
+    }
+  });
+
+  if (!split) return;
+  // Merge each row's partial states in split order (deterministic), then normalize.
+  std::vector<float> acc(dim);
+  for (std::size_t hk = 0; hk < kv_heads; ++hk) {
+    const detail::item_rows rows{hk, 0, q_len, group};
+    for (std::size_t r = 0; r < rows.count(); ++r) {
+      softmax_state total{std::span<float>(acc)};
+      for (std::size_t part = 0; part < splits; ++part) {
+        float* p = partials.data() + ((hk * splits + part) * max_rows + r) * (dim + 2);
+        total.merge(softmax_state(p[dim], p[dim + 1], std::span<float>(p, dim)));
+      }
+      total.normalize();
+      const std::size_t h = rows.head(r), i = rows.query(r);
+      for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = acc[d];
+      if (io.lse.data_handle() != nullptr) io.lse(h, i) = total.lse();
+    }
+  }
+}
+
+// Flash attention over a KV source (contiguous cache, block table, split-into-blocks view)
+// for one layer, with an optional present tile.
+template <flash_policy Tiles = flash<>, kv::kv_source Source, storage_type P = float,
+          mask_policy Mask = no_mask, threading_policy Policy = serial>
+void flash_attention(const attention_io& io, const Source& source, std::size_t layer,
+                     const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
+  using T = typename Source::value_type;
+  std::vector<kv::kv_tile<T>> tiles;
+  tiles.reserve(source.tile_count());
+  for (std::size_t i = 0; i < source.tile_count(); ++i) tiles.push_back(source.tile(layer, i));
+  flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles), present, mask, policy);
+}
+
+}  // namespace npullm::attention
