@@ -9,16 +9,17 @@
 // Query head h reads KV head h / (q_heads / kv_heads): K/V are never duplicated for GQA/MQA.
 // Everything accumulates in f32 whatever the storage type.
 //
-// Work is split into items (kv head, query tile, KV split). Each item runs the rows of every
-// query head in its KV head's group together, so a tile of K and V is read once for all of
-// them. Decode (q_len <= one query tile) also splits the keys into fixed-length parts
-// (FlashDecoding) whose partial states are merged in order afterwards. Item boundaries do not
-// depend on the thread count, so results are identical for any thread count and any run.
+// Work is split into items (query tile, KV split), each running every head's rows, so a
+// block's K and V are read front to back once. Decode (q_len <= one query tile) splits the
+// keys into fixed-length parts (FlashDecoding) whose partial states are merged in order
+// afterwards; prefill splits the queries into tiles. Item boundaries do not depend on the
+// thread count, so results are identical for any thread count and any run.
 //
-// Per 16-key sub-tile of an item: K is converted to f32 and transposed once (D x 16, shared by
-// all rows); scores for 4 rows at a time are broadcast-FMAs over D; the online-softmax update
-// runs on 16 lanes; then P V accumulates 4 rows x 64 output columns in registers. A sub-tile
-// that the mask hides entirely is skipped before any of that.
+// Per 16-key sub-tile and KV head: when several rows share the keys (GQA group x queries),
+// K is converted to f32 and transposed once (D x 16) and scores for 8 rows at a time are
+// broadcast-FMAs over D; a single row instead takes 16 dot products and one reduction tree.
+// The online-softmax update runs on 16 lanes, then P V accumulates 8 rows x 32 output columns
+// in registers. A sub-tile that the mask hides entirely is skipped before any of that.
 #pragma once
 
 #include <algorithm>
@@ -67,19 +68,18 @@ struct attention_io {
 namespace detail {
 
 inline constexpr std::size_t key_block = simd::lanes;  // keys per sub-tile
-inline constexpr std::size_t row_block = 4;            // rows sharing one pass over K / V
+inline constexpr std::size_t row_block = 8;            // rows sharing one pass over K / V
 
-// What one work item computes on: the rows of its group and query tile.
+// The rows of one work item: every query head, for queries [q_begin, q_end). Row
+// r = h * queries() + (i - q_begin) is query head h, query i; the rows of KV head hk are
+// [hk * per_kv_head(), (hk + 1) * per_kv_head()) (its group's query heads, in order).
 struct item_rows {
-  std::size_t kv_head;
-  std::size_t q_begin, q_end;  // query rows [q_begin, q_end) of the call
-  std::size_t group;           // query heads per KV head
+  std::size_t kv_heads, group;
+  std::size_t q_begin, q_end;
   [[nodiscard]] std::size_t queries() const noexcept { return q_end - q_begin; }
-  [[nodiscard]] std::size_t count() const noexcept { return group * queries(); }
-  // Row r = g * queries() + (i - q_begin) is query head kv_head * group + g, query i.
-  [[nodiscard]] std::size_t head(std::size_t r) const noexcept {
-    return kv_head * group + r / queries();
-  }
+  [[nodiscard]] std::size_t per_kv_head() const noexcept { return group * queries(); }
+  [[nodiscard]] std::size_t count() const noexcept { return kv_heads * per_kv_head(); }
+  [[nodiscard]] std::size_t head(std::size_t r) const noexcept { return r / queries(); }
   [[nodiscard]] std::size_t query(std::size_t r) const noexcept { return q_begin + r % queries(); }
 };
 
@@ -106,7 +106,16 @@ inline item_scratch& thread_scratch() {
   return scratch;
 }
 
-// Scores of rows [r0, r0 + R) against the transposed sub-tile: s[r] = q_r . k_j for 16 j.
+// A prefetch hint for the same stream 1024 elements (8 to 16 keys) further on, issued with
+// every 64 bytes loaded: spread out like this it lifted cold decode ~24% for 14/2 heads; a
+// burst of whole sub-tiles ahead, or a longer distance, measured slower (the miss buffers
+// fill). No effect on results.
+template <class T>
+inline void prefetch_ahead(const T* p) noexcept {
+  __builtin_prefetch(p + 1024, 0, 0);
+}
+
+// Scores of R rows against the transposed sub-tile: s[r] lane j = q_r . k_j.
 template <std::size_t R>
 inline void block_scores(const float* q, const float* kt, std::size_t dim, simd::f32x16* s) {
   simd::f32x16 acc[R];
@@ -118,40 +127,72 @@ inline void block_scores(const float* q, const float* kt, std::size_t dim, simd:
   for (std::size_t r = 0; r < R; ++r) s[r] = acc[r];
 }
 
-// acc[r] += sum_j p[r][j] v_j for rows [r0, r0 + R), 64 columns at a time.
+// Scores of one row against n keys without transposing K: 16 dot-product accumulators, then
+// one reduction tree (cheaper than a transpose when a single row uses the keys).
+template <class T>
+inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::size_t dim) {
+  simd::f32x16 acc[key_block];
+  for (auto& a : acc) a = simd::zero();
+  if (n == key_block) {
+    for (std::size_t c = 0; c < dim; c += simd::lanes) {
+      const simd::f32x16 qc = simd::load(q + c);
+      for (std::size_t j = 0; j < key_block; ++j) {
+        if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(k + j * dim + c);
+        acc[j] = simd::fmadd(qc, simd::load(k + j * dim + c), acc[j]);
+      }
+    }
+  } else {
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t c = 0; c < dim; c += simd::lanes) {
+        acc[j] = simd::fmadd(simd::load(q + c), simd::load(k + j * dim + c), acc[j]);
+      }
+    }
+  }
+  return simd::reduce_add16(acc);
+}
+
+// acc[r] += sum_j p[r][j] v_j for R rows. Output columns go in passes of C vectors, C chosen
+// so the R x C accumulators, C value vectors and one broadcast fit in 32 registers.
 template <std::size_t R, class T>
-inline void block_pv(const float* p, const T* v, std::size_t v_row_stride, std::size_t n,
-                     std::size_t dim, float* acc) {
-  constexpr std::size_t cols = 4 * simd::lanes;
-  for (std::size_t c0 = 0; c0 < dim; c0 += cols) {
-    const std::size_t nc = std::min(cols, dim - c0) / simd::lanes;
-    simd::f32x16 a[R][4];
+inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc) {
+  constexpr std::size_t lanes = simd::lanes;
+  constexpr std::size_t C = R <= 2 ? 8 : (R <= 4 ? 4 : 2);
+  for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
+    const std::size_t nc = std::min(C, (dim - c0) / lanes);
+    simd::f32x16 a[R][C];
     for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t c = 0; c < nc; ++c)
-        a[r][c] = simd::load(acc + r * dim + c0 + c * simd::lanes);
+      for (std::size_t c = 0; c < C; ++c) {
+        a[r][c] = c < nc ? simd::load(acc + r * dim + c0 + c * lanes) : simd::zero();
+      }
     }
     for (std::size_t j = 0; j < n; ++j) {
-      simd::f32x16 vj[4];
-      for (std::size_t c = 0; c < nc; ++c)
-        vj[c] = simd::load(v + j * v_row_stride + c0 + c * simd::lanes);
+      simd::f32x16 vj[C];
+      for (std::size_t c = 0; c < C; ++c) {
+        if (c < nc && ((c0 + c * lanes) * sizeof(T)) % 64 == 0)
+          prefetch_ahead(v + j * dim + c0 + c * lanes);
+        vj[c] = c < nc ? simd::load(v + j * dim + c0 + c * lanes) : simd::zero();
+      }
       for (std::size_t r = 0; r < R; ++r) {
         const simd::f32x16 pr = simd::set1(p[r * key_block + j]);
-        for (std::size_t c = 0; c < nc; ++c) a[r][c] = simd::fmadd(pr, vj[c], a[r][c]);
+        for (std::size_t c = 0; c < C; ++c) a[r][c] = simd::fmadd(pr, vj[c], a[r][c]);
       }
     }
     for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t c = 0; c < nc; ++c)
-        simd::store(acc + r * dim + c0 + c * simd::lanes, a[r][c]);
+      for (std::size_t c = 0; c < nc; ++c) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
     }
   }
 }
 
-// Calls fn.template operator()<R>(r0) over rows [0, rows) in blocks of row_block.
+// Calls fn.template operator()<R>(r0) over rows [begin, end) in blocks of up to row_block.
 template <class Fn>
-inline void for_row_blocks(std::size_t rows, Fn&& fn) {
-  std::size_t r0 = 0;
-  for (; r0 + row_block <= rows; r0 += row_block) fn.template operator()<row_block>(r0);
-  switch (rows - r0) {
+inline void for_row_blocks(std::size_t begin, std::size_t end, Fn&& fn) {
+  std::size_t r0 = begin;
+  for (; r0 + row_block <= end; r0 += row_block) fn.template operator()<row_block>(r0);
+  switch (end - r0) {
+    case 7: fn.template operator()<7>(r0); break;
+    case 6: fn.template operator()<6>(r0); break;
+    case 5: fn.template operator()<5>(r0); break;
+    case 4: fn.template operator()<4>(r0); break;
     case 3: fn.template operator()<3>(r0); break;
     case 2: fn.template operator()<2>(r0); break;
     case 1: fn.template operator()<1>(r0); break;
@@ -159,79 +200,105 @@ inline void for_row_blocks(std::size_t rows, Fn&& fn) {
   }
 }
 
-// One sub-tile of n <= 16 keys at positions [j0, j0 + n): k, v point at the kv head's first
-// key of the sub-tile, rows D elements apart.
-template <class T, mask_policy Mask>
-void process_keys(const item_rows& rows, const T* k, const T* v, std::size_t j0, std::size_t n,
-                  std::size_t dim, tile_visibility visibility, const Mask& mask, item_scratch& s) {
-  // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
-  for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
-    simd::f32x16 block[simd::lanes];
-    for (std::size_t j = 0; j < simd::lanes; ++j) {
-      block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
+// The online-softmax update of one row with a vector of scores (lanes >= n are masked).
+template <mask_policy Mask>
+inline void update_row(const item_rows& rows, std::size_t row, simd::f32x16 sc, std::size_t j0,
+                       std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
+                       item_scratch& s) {
+  sc = simd::mask_tail(sc, n);
+  if (visibility == tile_visibility::partial) {
+    alignas(64) float tmp[simd::lanes];
+    simd::store(tmp, sc);
+    const std::size_t i = rows.query(row);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (!mask.visible(i, j0 + j)) tmp[j] = neg_inf;
     }
-    simd::transpose16(block);
-    for (std::size_t d = 0; d < simd::lanes; ++d)
-      simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
+    sc = simd::load(tmp);
   }
-
-  const std::size_t count = rows.count();
-  for_row_blocks(count, [&]<std::size_t R>(std::size_t r0) {
-    simd::f32x16 scores[R];
-    block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
-    for (std::size_t r = 0; r < R; ++r) {
-      const std::size_t row = r0 + r;
-      simd::f32x16 sc = simd::mask_tail(scores[r], n);
-      if (visibility == tile_visibility::partial) {
-        alignas(64) float tmp[simd::lanes];
-        simd::store(tmp, sc);
-        const std::size_t i = rows.query(row);
-        for (std::size_t j = 0; j < n; ++j) {
-          if (!mask.visible(i, j0 + j)) tmp[j] = neg_inf;
-        }
-        sc = simd::load(tmp);
-      }
-      float* p = s.p.data() + row * key_block;
-      const float m_old = s.m[row];
-      const float m_new = std::max(m_old, simd::reduce_max(sc));
-      if (m_new == neg_inf) {  // nothing visible to this row yet: p = 0, state unchanged
-        simd::store(p, simd::zero());
-        continue;
-      }
-      const simd::f32x16 prob = simd::exp(simd::sub(sc, simd::set1(m_new)));
-      simd::store(p, prob);
-      if (m_new != m_old) {
-        const float alpha = m_old == neg_inf ? 0.0f : std::exp(m_old - m_new);
-        float* acc = s.acc.data() + row * dim;
-        const simd::f32x16 va = simd::set1(alpha);
-        for (std::size_t d = 0; d < dim; d += simd::lanes) {
-          simd::store(acc + d, simd::mul(simd::load(acc + d), va));
-        }
-        s.l[row] *= alpha;
-        s.m[row] = m_new;
-      }
-      s.l[row] += simd::reduce_add(prob);
+  float* p = s.p.data() + row * key_block;
+  const float m_old = s.m[row];
+  const float m_new = std::max(m_old, simd::reduce_max(sc));
+  if (m_new == neg_inf) {  // nothing visible to this row yet: p = 0, state unchanged
+    simd::store(p, simd::zero());
+    return;
+  }
+  const simd::f32x16 prob = simd::exp(simd::sub(sc, simd::set1(m_new)));
+  simd::store(p, prob);
+  if (m_new != m_old) {
+    const float alpha = m_old == neg_inf ? 0.0f : std::exp(m_old - m_new);
+    float* acc = s.acc.data() + row * dim;
+    const simd::f32x16 va = simd::set1(alpha);
+    for (std::size_t d = 0; d < dim; d += simd::lanes) {
+      simd::store(acc + d, simd::mul(simd::load(acc + d), va));
     }
-  });
+    s.l[row] *= alpha;
+    s.m[row] = m_new;
+  }
+  s.l[row] += simd::reduce_add(prob);
+}
 
-  for_row_blocks(count, [&]<std::size_t R>(std::size_t r0) {
-    block_pv<R>(s.p.data() + r0 * key_block, v, dim, n, dim, s.acc.data() + r0 * dim);
+// One sub-tile of n <= 16 keys at positions [j0, j0 + n) for the rows of KV head hk: k, v point
+// at that head's first key of the sub-tile, rows D elements apart.
+template <class T, mask_policy Mask>
+void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v, std::size_t j0,
+                  std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
+                  item_scratch& s) {
+  const std::size_t begin = hk * rows.per_kv_head(), end = begin + rows.per_kv_head();
+  if (end - begin == 1) {
+    update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), j0, n, dim, visibility,
+               mask, s);
+  } else {
+    // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
+    for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
+      simd::f32x16 block[simd::lanes];
+      for (std::size_t j = 0; j < simd::lanes; ++j) {
+        if (j < n && (d0 * sizeof(T)) % 64 == 0) prefetch_ahead(k + j * dim + d0);
+        block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
+      }
+      simd::transpose16(block);
+      for (std::size_t d = 0; d < simd::lanes; ++d) {
+        simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
+      }
+    }
+    for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+      simd::f32x16 scores[R];
+      block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
+      for (std::size_t r = 0; r < R; ++r) {
+        update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
+      }
+    });
+  }
+  for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+    block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim);
   });
 }
 
-// Runs the keys [key_begin, key_end) of one tile (at `position`) through the item's rows.
+// Runs keys [key_begin, key_end) of one tile (at `position`) through every KV head's rows,
+// 16 keys at a time. When a tile keeps each head's keys far apart (a contiguous cache:
+// heads `capacity` keys apart), heads go outermost, so one head's K and V are read as two
+// sequential streams; when heads sit side by side (a block), the heads of each 16-key step go
+// together so the block is read front to back.
 template <class T, mask_policy Mask>
 void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t key_begin,
                   std::size_t key_end, std::size_t dim, const Mask& mask, item_scratch& s) {
-  const std::size_t q0 = rows.q_begin, q1 = rows.q_end;
-  const T* k_head = tile.k.data_handle() + rows.kv_head * tile.k.stride(0);
-  const T* v_head = tile.v.data_handle() + rows.kv_head * tile.v.stride(0);
-  for (std::size_t j = key_begin; j < key_end; j += key_block) {
+  auto step = [&](std::size_t hk, std::size_t j) {
     const std::size_t n = std::min(key_block, key_end - j);
     const std::size_t pos = tile.position + j;
-    const tile_visibility vis = mask.classify(q0, q1, pos, pos + n);
-    if (vis == tile_visibility::hidden) continue;
-    process_keys(rows, k_head + j * dim, v_head + j * dim, pos, n, dim, vis, mask, s);
+    const tile_visibility vis = mask.classify(rows.q_begin, rows.q_end, pos, pos + n);
+    if (vis == tile_visibility::hidden) return;
+    const T* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * dim;
+    const T* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * dim;
+    process_keys(rows, hk, k, v, pos, n, dim, vis, mask, s);
+  };
+  constexpr std::size_t far_apart = 64 * 1024;  // bytes between heads
+  if (static_cast<std::size_t>(tile.k.stride(0)) * sizeof(T) >= far_apart) {
+    for (std::size_t hk = 0; hk < rows.kv_heads; ++hk) {
+      for (std::size_t j = key_begin; j < key_end; j += key_block) step(hk, j);
+    }
+  } else {
+    for (std::size_t j = key_begin; j < key_end; j += key_block) {
+      for (std::size_t hk = 0; hk < rows.kv_heads; ++hk) step(hk, j);
+    }
   }
 }
 
@@ -321,18 +388,17 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
   const std::size_t q_tiles = (q_len + Tiles::query_tile - 1) / Tiles::query_tile;
   const bool split = q_tiles == 1 && kv_len > Tiles::split_length;
   const std::size_t splits = split ? (kv_len + Tiles::split_length - 1) / Tiles::split_length : 1;
-  const std::size_t items = kv_heads * q_tiles * splits;
+  const std::size_t items = q_tiles * splits;
 
-  // Split partials: (items, rows, D + 2) holding acc, m, l of every row.
-  const std::size_t max_rows = group * std::min(q_len, Tiles::query_tile);
-  std::vector<float> partials(split ? items * max_rows * (dim + 2) : 0);
+  // Split partials: (splits, rows, D + 2) holding acc, m, l of every row.
+  const std::size_t rows_per_item = q_heads * std::min(q_len, Tiles::query_tile);
+  std::vector<float> partials(split ? items * rows_per_item * (dim + 2) : 0);
 
   policy.parallel_for(items, [&](std::size_t item) {
     const std::size_t part = item % splits;
-    const std::size_t qt = item / splits % q_tiles;
-    const std::size_t hk = item / splits / q_tiles;
-    const detail::item_rows rows{hk, qt * Tiles::query_tile,
-                                 std::min(q_len, (qt + 1) * Tiles::query_tile), group};
+    const std::size_t qt = item / splits;
+    const detail::item_rows rows{kv_heads, group, qt * Tiles::query_tile,
+                                 std::min(q_len, (qt + 1) * Tiles::query_tile)};
     const std::size_t key_begin = part * Tiles::split_length;
     const std::size_t key_end = split ? std::min(kv_len, key_begin + Tiles::split_length) : kv_len;
 
@@ -353,7 +419,7 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
       detail::process_tile(rows, tile, std::max(t0, key_begin) - t0, std::min(t1, key_end) - t0,
                            dim, mask, s);
     };
-    // Past tiles in order; binary search for the first one that reaches key_begin.
+    // Past tiles in order, from the first one that reaches key_begin (binary search).
     auto first = std::partition_point(past.begin(), past.end(), [&](const auto& t) {
       return t.position + t.length() <= key_begin;
     });
@@ -362,7 +428,7 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
 
     for (std::size_t r = 0; r < rows.count(); ++r) {
       if (split) {
-        float* out = partials.data() + (item * max_rows + r) * (dim + 2);
+        float* out = partials.data() + (item * rows_per_item + r) * (dim + 2);
         std::copy_n(s.acc.data() + r * dim, dim, out);
         out[dim] = s.m[r];
         out[dim + 1] = s.l[r];
@@ -379,19 +445,17 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
   if (!split) return;
   // Merge each row's partial states in split order (deterministic), then normalize.
   std::vector<float> acc(dim);
-  for (std::size_t hk = 0; hk < kv_heads; ++hk) {
-    const detail::item_rows rows{hk, 0, q_len, group};
-    for (std::size_t r = 0; r < rows.count(); ++r) {
-      softmax_state total{std::span<float>(acc)};
-      for (std::size_t part = 0; part < splits; ++part) {
-        float* p = partials.data() + ((hk * splits + part) * max_rows + r) * (dim + 2);
-        total.merge(softmax_state(p[dim], p[dim + 1], std::span<float>(p, dim)));
-      }
-      total.normalize();
-      const std::size_t h = rows.head(r), i = rows.query(r);
-      for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = acc[d];
-      if (io.lse.data_handle() != nullptr) io.lse(h, i) = total.lse();
+  const detail::item_rows rows{kv_heads, group, 0, q_len};
+  for (std::size_t r = 0; r < rows.count(); ++r) {
+    softmax_state total{std::span<float>(acc)};
+    for (std::size_t part = 0; part < splits; ++part) {
+      float* p = partials.data() + (part * rows_per_item + r) * (dim + 2);
+      total.merge(softmax_state(p[dim], p[dim + 1], std::span<float>(p, dim)));
     }
+    total.normalize();
+    const std::size_t h = rows.head(r), i = rows.query(r);
+    for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = acc[d];
+    if (io.lse.data_handle() != nullptr) io.lse(h, i) = total.lse();
   }
 }
 

@@ -136,6 +136,26 @@ inline void transpose16(f32x16 (&rows)[16]) noexcept {
   }
 }
 
+// Horizontal sums of 16 vectors at once: lane j of the result is the sum of a[j]'s lanes.
+inline f32x16 reduce_add16(const f32x16 (&a)[16]) noexcept {
+  __m512 c[8], d[4];
+  for (int i = 0; i < 8; ++i) {
+    c[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i].v, a[2 * i + 1].v),
+                         _mm512_unpackhi_ps(a[2 * i].v, a[2 * i + 1].v));
+  }
+  for (int i = 0; i < 4; ++i) {
+    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xee));
+  }
+  // d[i]: each 128-bit lane L holds that lane's partial sums of a[4i .. 4i+3].
+  const __m512 g01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
+  const __m512 g23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(d[2], d[3], 0x88), _mm512_shuffle_f32x4(d[2], d[3], 0xdd));
+  return {
+      _mm512_add_ps(_mm512_shuffle_f32x4(g01, g23, 0x88), _mm512_shuffle_f32x4(g01, g23, 0xdd))};
+}
+
 #else  // portable
 
 struct f32x16 {
@@ -200,6 +220,11 @@ inline f32x16 mask_tail(f32x16 a, std::size_t n) noexcept {
 inline f32x16 exp(f32x16 x) noexcept {
   f32x16 r;
   for (std::size_t i = 0; i < lanes; ++i) r.v[i] = std::exp(x.v[i]);
+  return r;
+}
+inline f32x16 reduce_add16(const f32x16 (&a)[16]) noexcept {
+  f32x16 r;
+  for (std::size_t j = 0; j < lanes; ++j) r.v[j] = reduce_add(a[j]);
   return r;
 }
 inline void transpose16(f32x16 (&rows)[16]) noexcept {
