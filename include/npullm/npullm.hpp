@@ -15,9 +15,11 @@
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/kv/kv_tile.hpp"
+#include "npullm/kv/laddered_cache.hpp"
 #include "npullm/kv/prefix_cache.hpp"
 
 #include "npullm/attention/flash.hpp"
 #include "npullm/attention/mask.hpp"
+#include "npullm/attention/pyramid.hpp"
 #include "npullm/attention/reference.hpp"
 #include "npullm/attention/state.hpp"
