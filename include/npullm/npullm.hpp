@@ -23,3 +23,11 @@
 #include "npullm/attention/pyramid.hpp"
 #include "npullm/attention/reference.hpp"
 #include "npullm/attention/state.hpp"
+
+#include "npullm/ops/argmax.hpp"
+#include "npullm/ops/gather.hpp"
+#include "npullm/ops/linear.hpp"
+#include "npullm/ops/rms_norm.hpp"
+#include "npullm/ops/rope.hpp"
+#include "npullm/ops/silu_mul.hpp"
+#include "npullm/ops/softmax.hpp"

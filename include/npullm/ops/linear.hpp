@@ -1,0 +1,343 @@
+// linear: y[M, N] = x[M, K] * W^T (+ bias[N]), W stored [N, K] (the Hugging Face layout) as
+// f32, bf16 or f16. x, y and bias are f32.
+//
+// Paths, chosen by M and the weight type:
+//   M <= 8 (GEMV)  every type: W streamed once, converted to f32 on the fly, FMAs into M x R
+//                  accumulators (R rows of W at a time, up to 16), finished by one reduction
+//                  tree; memory-bound, so it runs at the speed W can be read.
+//   M > 8, f32     Eigen's GEMM on the caller's memory (the baseline).
+//   M > 8, bf16    with AVX-512 BF16: W panels packed as (K/2, 32, 2) pairs, x rounded to bf16
+//                  once, vdpbf16ps micro-kernel of 8 rows x 32 columns with f32 accumulation.
+//                  NOTE: this path multiplies bf16-rounded activations (as bf16 GEMMs do);
+//                  `rounds_activations<bfloat16>()` says whether this build does.
+//   M > 8, f16 (and bf16 without AVX-512 BF16)  W panels converted to f32 while packing,
+//                  f32 FMA micro-kernel of 8 rows x 32 columns.
+// Threads split N (output columns) into contiguous parts; results do not depend on the count.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/simd.hpp"
+#include "npullm/core/tensor_view.hpp"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+namespace npullm::ops {
+
+// Whether linear with these weights rounds x to bf16 before multiplying (M > 8 only).
+template <storage_type W>
+constexpr bool rounds_activations() noexcept {
+#if defined(__AVX512BF16__)
+  return std::is_same_v<W, bfloat16>;
+#else
+  return false;
+#endif
+}
+
+namespace detail {
+
+inline constexpr std::size_t gemv_max_m = 8;
+inline constexpr std::size_t panel_cols = 128;  // columns of W packed per panel
+inline constexpr std::size_t micro_rows = 8;    // rows of x per micro-kernel
+inline constexpr std::size_t micro_cols = 32;   // columns per micro-kernel (two vectors)
+
+template <class T>
+inline simd::f32x16 load16(const T* p, std::size_t n) noexcept {
+  return n >= simd::lanes ? simd::load(p) : simd::load_partial(p, n);
+}
+
+// y[m, n] for n in [n0, n1): M <= 8 rows, R rows of W per step.
+template <std::size_t M, class W>
+void gemv_rows(const float* x, std::size_t ldx, const W* w, std::size_t k_len, std::size_t n0,
+               std::size_t n1, const float* bias, float* y, std::size_t ldy) {
+  constexpr std::size_t R = M == 1 ? 16 : (M == 2 ? 8 : (M <= 4 ? 4 : 2));
+  std::size_t n = n0;
+  for (; n + R <= n1; n += R) {
+    simd::f32x16 acc[M][R];
+    for (auto& row : acc) {
+      for (auto& a : row) a = simd::zero();
+    }
+    for (std::size_t k = 0; k < k_len; k += simd::lanes) {
+      const std::size_t nk = std::min(simd::lanes, k_len - k);
+      simd::f32x16 wv[R];
+      for (std::size_t r = 0; r < R; ++r) wv[r] = load16(w + (n + r) * k_len + k, nk);
+      for (std::size_t m = 0; m < M; ++m) {
+        const simd::f32x16 xv = load16(x + m * ldx + k, nk);
+        for (std::size_t r = 0; r < R; ++r) acc[m][r] = simd::fmadd(xv, wv[r], acc[m][r]);
+      }
+    }
+    for (std::size_t m = 0; m < M; ++m) {
+      if constexpr (R == simd::lanes) {
+        alignas(64) float out[simd::lanes];
+        simd::store(out, simd::reduce_add16(acc[m]));
+        for (std::size_t r = 0; r < R; ++r)
+          y[m * ldy + n + r] = out[r] + (bias ? bias[n + r] : 0.0f);
+      } else {
+        for (std::size_t r = 0; r < R; ++r) {
+          y[m * ldy + n + r] = simd::reduce_add(acc[m][r]) + (bias ? bias[n + r] : 0.0f);
+        }
+      }
+    }
+  }
+  for (; n < n1; ++n) {  // the last rows, one at a time
+    simd::f32x16 acc[M];
+    for (auto& a : acc) a = simd::zero();
+    for (std::size_t k = 0; k < k_len; k += simd::lanes) {
+      const std::size_t nk = std::min(simd::lanes, k_len - k);
+      const simd::f32x16 wv = load16(w + n * k_len + k, nk);
+      for (std::size_t m = 0; m < M; ++m)
+        acc[m] = simd::fmadd(load16(x + m * ldx + k, nk), wv, acc[m]);
+    }
+    for (std::size_t m = 0; m < M; ++m)
+      y[m * ldy + n] = simd::reduce_add(acc[m]) + (bias ? bias[n] : 0.0f);
+  }
+}
+
+template <class W>
+void gemv(std::size_t m, const float* x, std::size_t ldx, const W* w, std::size_t k, std::size_t n0,
+          std::size_t n1, const float* bias, float* y, std::size_t ldy) {
+  switch (m) {
+    case 1: return gemv_rows<1>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 2: return gemv_rows<2>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 3: return gemv_rows<3>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 4: return gemv_rows<4>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 5: return gemv_rows<5>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 6: return gemv_rows<6>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 7: return gemv_rows<7>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    default: return gemv_rows<8>(x, ldx, w, k, n0, n1, bias, y, ldy);
+  }
+}
+
+// ---- f32 micro-kernel over a packed panel (f16 weights, or bf16 without AVX-512 BF16) ------
+
+// panel: (K, 32) f32 for columns [c, c + 32) of the panel; x rows: ldx apart.
+template <std::size_t MR>
+inline void micro_f32(const float* x, std::size_t ldx, const float* panel, std::size_t k_len,
+                      std::size_t cols, const float* bias, float* y, std::size_t ldy) {
+  simd::f32x16 acc[MR][2];
+  for (auto& row : acc) row[0] = row[1] = simd::zero();
+  for (std::size_t k = 0; k < k_len; ++k) {
+    const simd::f32x16 b0 = simd::load(panel + k * micro_cols);
+    const simd::f32x16 b1 = simd::load(panel + k * micro_cols + simd::lanes);
+    for (std::size_t m = 0; m < MR; ++m) {
+      const simd::f32x16 a = simd::set1(x[m * ldx + k]);
+      acc[m][0] = simd::fmadd(a, b0, acc[m][0]);
+      acc[m][1] = simd::fmadd(a, b1, acc[m][1]);
+    }
+  }
+  for (std::size_t m = 0; m < MR; ++m) {
+    alignas(64) float out[micro_cols];
+    simd::store(out, acc[m][0]);
+    simd::store(out + simd::lanes, acc[m][1]);
+    for (std::size_t c = 0; c < cols; ++c) y[m * ldy + c] = out[c] + (bias ? bias[c] : 0.0f);
+  }
+}
+
+// Packs W rows [n0, n0 + cols) (cols <= 32) as (K, 32) f32, zero-padded.
+template <class W>
+void pack_f32(const W* w, std::size_t k_len, std::size_t n0, std::size_t cols, float* panel) {
+  for (std::size_t k = 0; k < k_len; ++k) {
+    for (std::size_t c = 0; c < micro_cols; ++c) {
+      panel[k * micro_cols + c] = c < cols ? to_float(w[(n0 + c) * k_len + k]) : 0.0f;
+    }
+  }
+}
+
+template <class W>
+void gemm_f32_panel(std::size_t m_len, const float* x, std::size_t ldx, const W* w,
+                    std::size_t k_len, std::size_t n0, std::size_t n1, const float* bias, float* y,
+                    std::size_t ldy, std::vector<float>& panel) {
+  panel.resize(k_len * micro_cols);
+  for (std::size_t c0 = n0; c0 < n1; c0 += micro_cols) {
+    const std::size_t cols = std::min(micro_cols, n1 - c0);
+    pack_f32(w, k_len, c0, cols, panel.data());
+    const float* b = bias ? bias + c0 : nullptr;
+    std::size_t m = 0;
+    for (; m + micro_rows <= m_len; m += micro_rows) {
+      micro_f32<micro_rows>(x + m * ldx, ldx, panel.data(), k_len, cols, b, y + m * ldy + c0, ldy);
+    }
+    for (; m < m_len; ++m)
+      micro_f32<1>(x + m * ldx, ldx, panel.data(), k_len, cols, b, y + m * ldy + c0, ldy);
+  }
+}
+
+#if defined(__AVX512BF16__)
+// ---- bf16 dot-product micro-kernel ----------------------------------------------------------
+
+// x2: (M, K/2) pairs of bf16 as 32-bit words; panel: (K/2, 32 columns, 2) bf16 pairs.
+template <std::size_t MR>
+inline void micro_bf16(const std::uint32_t* x2, std::size_t ldx2, const std::uint32_t* panel,
+                       std::size_t pairs, std::size_t cols, const float* bias, float* y,
+                       std::size_t ldy) {
+  __m512 acc[MR][2];
+  for (auto& row : acc) row[0] = row[1] = _mm512_setzero_ps();
+  for (std::size_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + p * micro_cols);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + p * micro_cols + simd::lanes);
+    for (std::size_t m = 0; m < MR; ++m) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(x2[m * ldx2 + p]));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
+      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
+    }
+  }
+  for (std::size_t m = 0; m < MR; ++m) {
+    alignas(64) float out[micro_cols];
+    _mm512_store_ps(out, acc[m][0]);
+    _mm512_store_ps(out + simd::lanes, acc[m][1]);
+    for (std::size_t c = 0; c < cols; ++c) y[m * ldy + c] = out[c] + (bias ? bias[c] : 0.0f);
+  }
+}
+
+// Packs W rows [n0, n0 + cols) as (K/2, 32, 2) bf16 pairs, zero-padded (K odd: last pair's
+// second half zero).
+inline void pack_bf16(const bfloat16* w, std::size_t k_len, std::size_t n0, std::size_t cols,
+                      std::uint32_t* panel) {
+  const std::size_t pairs = (k_len + 1) / 2;
+  for (std::size_t p = 0; p < pairs; ++p) {
+    for (std::size_t c = 0; c < micro_cols; ++c) {
+      std::uint32_t lo = 0, hi = 0;
+      if (c < cols) {
+        const bfloat16* row = w + (n0 + c) * k_len;
+        lo = row[2 * p].bits();
+        hi = 2 * p + 1 < k_len ? row[2 * p + 1].bits() : 0u;
+      }
+      panel[p * micro_cols + c] = lo | (hi << 16);
+    }
+  }
+}
+
+inline void gemm_bf16_panel(std::size_t m_len, const std::uint32_t* x2, std::size_t ldx2,
+                            const bfloat16* w, std::size_t k_len, std::size_t n0, std::size_t n1,
+                            const float* bias, float* y, std::size_t ldy,
+                            std::vector<std::uint32_t>& panel) {
+  const std::size_t pairs = (k_len + 1) / 2;
+  panel.resize(pairs * micro_cols);
+  for (std::size_t c0 = n0; c0 < n1; c0 += micro_cols) {
+    const std::size_t cols = std::min(micro_cols, n1 - c0);
+    pack_bf16(w, k_len, c0, cols, panel.data());
+    const float* b = bias ? bias + c0 : nullptr;
+    std::size_t m = 0;
+    for (; m + micro_rows <= m_len; m += micro_rows) {
+      micro_bf16<micro_rows>(x2 + m * ldx2, ldx2, panel.data(), pairs, cols, b, y + m * ldy + c0,
+                             ldy);
+    }
+    for (; m < m_len; ++m)
+      micro_bf16<1>(x2 + m * ldx2, ldx2, panel.data(), pairs, cols, b, y + m * ldy + c0, ldy);
+  }
+}
+#endif
+
+template <class X, class W, class Y>
+void check_linear(const X& x, const W& w, const Y& y, const float* bias, std::size_t bias_len) {
+  if (x.extent(1) != w.extent(1) || y.extent(0) != x.extent(0) || y.extent(1) != w.extent(0) ||
+      (bias != nullptr && bias_len != w.extent(0))) {
+    raise(error_code::invalid_shape, "linear: x ", npullm::detail::format_extents(x.extents()),
+          ", W ", npullm::detail::format_extents(w.extents()), ", y ",
+          npullm::detail::format_extents(y.extents()), bias ? ", bias [" : "",
+          bias ? std::to_string(bias_len) + "]" : "", " (want x [M, K], W [N, K], y [M, N])");
+  }
+  if (x.stride(1) != 1 || y.stride(1) != 1 || w.stride(1) != 1 ||
+      static_cast<std::size_t>(w.stride(0)) != w.extent(1)) {
+    raise(error_code::unsupported, "linear: rows of x, y must be dense and W row-major dense");
+  }
+}
+
+}  // namespace detail
+
+// y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) row-major; y: (M, N).
+template <storage_type W, class XL, class WL, class YL, threading_policy Policy = serial>
+void linear(const tensor_view<const float, dextents<2>, XL>& x,
+            const tensor_view<const W, dextents<2>, WL>& w,
+            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
+            const Policy& policy = {}) {
+  const float* b = bias.empty() ? nullptr : bias.data();
+  detail::check_linear(x, w, y, b, bias.size());
+  const std::size_t m = x.extent(0), k = x.extent(1), n = w.extent(0);
+  if (m == 0 || n == 0) return;
+  const float* xp = x.data_handle();
+  const W* wp = w.data_handle();
+  float* yp = y.data_handle();
+  const std::size_t ldx = static_cast<std::size_t>(x.stride(0));
+  const std::size_t ldy = static_cast<std::size_t>(y.stride(0));
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) yp[i * ldy + j] = b ? b[j] : 0.0f;
+    }
+    return;
+  }
+  // Parts of N: whole micro-panels, at most one per thread (more for dynamic balance).
+  const std::size_t unit = m <= detail::gemv_max_m ? 16 : detail::micro_cols;
+  const std::size_t units = (n + unit - 1) / unit;
+  const std::size_t parts = std::min(units, policy.concurrency() * 4);
+  auto part_range = [&](std::size_t p) {
+    return std::pair{std::min(n, chunk_begin(units, parts, p) * unit),
+                     std::min(n, chunk_begin(units, parts, p + 1) * unit)};
+  };
+
+  if (m <= detail::gemv_max_m) {
+    policy.parallel_for(parts, [&](std::size_t p) {
+      const auto [n0, n1] = part_range(p);
+      detail::gemv(m, xp, ldx, wp, k, n0, n1, b, yp, ldy);
+    });
+    return;
+  }
+  if constexpr (std::is_same_v<W, float>) {
+    using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using stride = Eigen::OuterStride<>;
+    const Eigen::Map<const row_major, 0, stride> xm(xp, static_cast<Eigen::Index>(m),
+                                                    static_cast<Eigen::Index>(k),
+                                                    stride(static_cast<Eigen::Index>(ldx)));
+    policy.parallel_for(parts, [&](std::size_t p) {
+      const auto [n0, n1] = part_range(p);
+      const auto cols = static_cast<Eigen::Index>(n1 - n0);
+      const Eigen::Map<const row_major> wm(wp + n0 * k, cols, static_cast<Eigen::Index>(k));
+      Eigen::Map<row_major, 0, stride> ym(yp + n0, static_cast<Eigen::Index>(m), cols,
+                                          stride(static_cast<Eigen::Index>(ldy)));
+      ym.noalias() = xm * wm.transpose();
+      if (b) ym.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b + n0, cols);
+    });
+#if defined(__AVX512BF16__)
+  } else if constexpr (std::is_same_v<W, bfloat16>) {
+    // x rounded to bf16 once, as 32-bit pairs (K odd: the last pair's high half is zero).
+    const std::size_t pairs = (k + 1) / 2;
+    std::vector<std::uint32_t> x2(m * pairs);
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t p = 0; p < pairs; ++p) {
+        const std::uint32_t lo = bfloat16(xp[i * ldx + 2 * p]).bits();
+        const std::uint32_t hi = 2 * p + 1 < k ? bfloat16(xp[i * ldx + 2 * p + 1]).bits() : 0u;
+        x2[i * pairs + p] = lo | (hi << 16);
+      }
+    }
+    policy.parallel_for(parts, [&](std::size_t p) {
+      thread_local std::vector<std::uint32_t> panel;
+      const auto [n0, n1] = part_range(p);
+      detail::gemm_bf16_panel(m, x2.data(), pairs, wp, k, n0, n1, b, yp, ldy, panel);
+    });
+#endif
+  } else {
+    policy.parallel_for(parts, [&](std::size_t p) {
+      thread_local std::vector<float> panel;
+      const auto [n0, n1] = part_range(p);
+      detail::gemm_f32_panel(m, xp, ldx, wp, k, n0, n1, b, yp, ldy, panel);
+    });
+  }
+}
+
+// Convenience: deduce the layouts from dense views.
+template <storage_type W, threading_policy Policy = serial>
+void linear(dense_view<const float, 2> x, dense_view<const W, 2> w, dense_view<float, 2> y,
+            std::span<const float> bias = {}, const Policy& policy = {}) {
+  linear<W, layout_right, layout_right, layout_right, Policy>(x, w, y, bias, policy);
+}
+
+}  // namespace npullm::ops
