@@ -38,7 +38,8 @@ using npullm::kv::kv_tile;
 struct head_shape {
   std::size_t q_heads, kv_heads, dim;
   std::string name() const {
-    return "h" + std::to_string(q_heads) + "x" + std::to_string(kv_heads) + "/d" + std::to_string(dim);
+    return "h" + std::to_string(q_heads) + "x" + std::to_string(kv_heads) + "/d" +
+           std::to_string(dim);
   }
 };
 
@@ -72,7 +73,8 @@ struct kv_copy {
           fill_random(row.data(), row.size(), seed * 1000003 + j * 2 + static_cast<int>(part));
           auto t = dst.token_kv(j, 0, part);  // (kv_heads, D)
           for (std::size_t h = 0; h < hs.kv_heads; ++h) {
-            for (std::size_t d = 0; d < hs.dim; ++d) t(h, d) = npullm::from_float<T>(row[h * hs.dim + d]);
+            for (std::size_t d = 0; d < hs.dim; ++d)
+              t(h, d) = npullm::from_float<T>(row[h * hs.dim + d]);
           }
         }
       }
@@ -83,7 +85,8 @@ struct kv_copy {
       fill(*cache);
       tiles.push_back(cache->tile(0, 0));
     } else {
-      pool = std::make_unique<npullm::kv::block_pool<T>>(shape, block, (kv_len + block - 1) / block);
+      pool =
+          std::make_unique<npullm::kv::block_pool<T>>(shape, block, (kv_len + block - 1) / block);
       table = std::make_unique<npullm::kv::block_table<T>>(*pool);
       table->append(kv_len);
       fill(*table);
@@ -111,8 +114,10 @@ struct naive_attention {
       const auto& kh = k[h / group];
       const auto& vh = v[h / group];
       Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> qh(
-          q + h * q_len * hs.dim, static_cast<Eigen::Index>(q_len), static_cast<Eigen::Index>(hs.dim));
-      Eigen::MatrixXf s = (qh * kh.transpose()) / std::sqrt(static_cast<float>(hs.dim));  // (q_len, kv)
+          q + h * q_len * hs.dim, static_cast<Eigen::Index>(q_len),
+          static_cast<Eigen::Index>(hs.dim));
+      Eigen::MatrixXf s =
+          (qh * kh.transpose()) / std::sqrt(static_cast<float>(hs.dim));  // (q_len, kv)
       for (Eigen::Index i = 0; i < s.rows(); ++i) {
         const Eigen::Index last = kv_len - static_cast<Eigen::Index>(q_len) + i;  // causal
         for (Eigen::Index j = last + 1; j < kv_len; ++j) s(i, j) = -INFINITY;
@@ -121,7 +126,8 @@ struct naive_attention {
         s.row(i) /= s.row(i).sum();
       }
       Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> oh(
-          out + h * q_len * hs.dim, static_cast<Eigen::Index>(q_len), static_cast<Eigen::Index>(hs.dim));
+          out + h * q_len * hs.dim, static_cast<Eigen::Index>(q_len),
+          static_cast<Eigen::Index>(hs.dim));
       oh.noalias() = s * vh;
     }
   }
@@ -131,13 +137,17 @@ template <class T>
 void decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len, std::size_t block,
                       bool cold, std::size_t threads) {
   const double bytes = 2.0 * static_cast<double>(kv_len * hs.kv_heads * hs.dim * sizeof(T));
-  const std::size_t copies = cold ? std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(128.0 * (1 << 20) / bytes))) : 1;
+  const std::size_t copies =
+      cold
+          ? std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(128.0 * (1 << 20) / bytes)))
+          : 1;
   std::vector<kv_copy<T>> kv;
   for (std::size_t c = 0; c < copies; ++c) kv.emplace_back(hs, kv_len, block, c + 1);
   std::vector<float> q(hs.q_heads * hs.dim), out(q.size());
   fill_random(q.data(), q.size(), 77);
   const at::attention_io io{npullm::dense_view<const float, 3>(q.data(), hs.q_heads, 1, hs.dim),
-                            npullm::dense_view<float, 3>(out.data(), hs.q_heads, 1, hs.dim), {},
+                            npullm::dense_view<float, 3>(out.data(), hs.q_heads, 1, hs.dim),
+                            {},
                             1.0f / std::sqrt(static_cast<float>(hs.dim))};
   const auto& pool = pool_for(threads);
   std::size_t next = 0;
@@ -150,18 +160,20 @@ void decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len
   nb::set_bandwidth_counters(state, bytes, seconds, threads);
   const double flops = 4.0 * static_cast<double>(hs.dim * hs.q_heads * kv_len);
   const auto& lim = nb::limits_for(threads);
-  const double roofline_seconds = std::max(bytes / (lim.read_gbps * 1e9), flops / (lim.fma_gflops * 1e9));
+  const double roofline_seconds =
+      std::max(bytes / (lim.read_gbps * 1e9), flops / (lim.fma_gflops * 1e9));
   state.counters["GFLOPs"] = flops / seconds / 1e9;
   state.counters["pct_roofline"] = 100.0 * roofline_seconds / seconds;
   if (!cold) {
     naive_attention naive(hs, kv_len, 5);
-    state.counters["x_naive"] = nb::median_seconds(5, [&] { naive.run(hs, q.data(), 1, out.data()); }) / seconds;
+    state.counters["x_naive"] =
+        nb::median_seconds(5, [&] { naive.run(hs, q.data(), 1, out.data()); }) / seconds;
   }
 }
 
 // Causal prefill of q_len queries over a past of past_len f16 keys plus the present chunk.
-void prefill_benchmark(benchmark::State& state, head_shape hs, std::size_t q_len, std::size_t past_len,
-                       std::size_t threads) {
+void prefill_benchmark(benchmark::State& state, head_shape hs, std::size_t q_len,
+                       std::size_t past_len, std::size_t threads) {
   const std::size_t total = past_len + q_len;
   std::vector<float> q(hs.q_heads * q_len * hs.dim), out(q.size());
   std::vector<float> pk(hs.kv_heads * q_len * hs.dim), pv(pk.size());
@@ -172,23 +184,28 @@ void prefill_benchmark(benchmark::State& state, head_shape hs, std::size_t q_len
   if (past_len > 0) past = std::make_unique<kv_copy<npullm::float16>>(hs, past_len, 0, 4);
   const kv_tile<float> present{
       npullm::kv::make_kv_view<const float>(pk.data(), hs.kv_heads, q_len, hs.dim, q_len * hs.dim),
-      npullm::kv::make_kv_view<const float>(pv.data(), hs.kv_heads, q_len, hs.dim, q_len * hs.dim), past_len};
+      npullm::kv::make_kv_view<const float>(pv.data(), hs.kv_heads, q_len, hs.dim, q_len * hs.dim),
+      past_len};
   const at::attention_io io{npullm::dense_view<const float, 3>(q.data(), hs.q_heads, q_len, hs.dim),
-                            npullm::dense_view<float, 3>(out.data(), hs.q_heads, q_len, hs.dim), {},
+                            npullm::dense_view<float, 3>(out.data(), hs.q_heads, q_len, hs.dim),
+                            {},
                             1.0f / std::sqrt(static_cast<float>(hs.dim))};
   const auto& pool = pool_for(threads);
   const std::vector<kv_tile<npullm::float16>> none;
   const auto& tiles = past ? past->tiles : none;
   const double seconds = nb::timed_loop(state, [&] {
-    at::flash_attention(io, std::span<const kv_tile<npullm::float16>>(tiles), &present, at::causal{past_len}, pool);
+    at::flash_attention(io, std::span<const kv_tile<npullm::float16>>(tiles), &present,
+                        at::causal{past_len}, pool);
     benchmark::DoNotOptimize(out.data());
   });
   // Unmasked (query, key) pairs: query i sees past_len + i + 1 keys.
   const double pairs = static_cast<double>(q_len) * static_cast<double>(past_len) +
                        static_cast<double>(q_len) * static_cast<double>(q_len + 1) / 2.0;
-  nb::set_flops_counters(state, 4.0 * static_cast<double>(hs.dim * hs.q_heads) * pairs, seconds, threads);
+  nb::set_flops_counters(state, 4.0 * static_cast<double>(hs.dim * hs.q_heads) * pairs, seconds,
+                         threads);
   naive_attention naive(hs, total, 5);
-  state.counters["x_naive"] = nb::median_seconds(3, [&] { naive.run(hs, q.data(), q_len, out.data()); }) / seconds;
+  state.counters["x_naive"] =
+      nb::median_seconds(3, [&] { naive.run(hs, q.data(), q_len, out.data()); }) / seconds;
 }
 
 template <class T>
@@ -202,10 +219,13 @@ void register_decode(const head_shape& hs) {
     for (std::size_t block : {0u, 16u, 256u}) {
       for (bool cold : {false, true}) {
         for (std::size_t threads : nb::thread_counts()) {
-          const std::string name = "attention_decode/" + hs.name() + "/kv" + std::to_string(kv_len) + "/" +
-                                   dtype_name<T>() + "/" + (block == 0 ? "contiguous" : "block" + std::to_string(block)) +
-                                   "/" + (cold ? "cold" : "hot") + "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), decode_benchmark<T>, hs, kv_len, block, cold, threads)
+          const std::string name = "attention_decode/" + hs.name() + "/kv" +
+                                   std::to_string(kv_len) + "/" + dtype_name<T>() + "/" +
+                                   (block == 0 ? "contiguous" : "block" + std::to_string(block)) +
+                                   "/" + (cold ? "cold" : "hot") +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), decode_benchmark<T>, hs, kv_len, block, cold,
+                                       threads)
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
         }
@@ -215,7 +235,8 @@ void register_decode(const head_shape& hs) {
 }
 
 void register_all() {
-  for (const head_shape& hs : {head_shape{14, 2, 64}, head_shape{32, 8, 128}, head_shape{8, 8, 128}}) {
+  for (const head_shape& hs :
+       {head_shape{14, 2, 64}, head_shape{32, 8, 128}, head_shape{8, 8, 128}}) {
     register_decode<npullm::float16>(hs);
     register_decode<npullm::bfloat16>(hs);
     register_decode<float>(hs);
@@ -224,13 +245,15 @@ void register_all() {
     for (std::size_t threads : nb::thread_counts()) {
       const std::string t = "/threads:" + std::to_string(threads);
       for (std::size_t n : {512u, 2048u}) {
-        benchmark::RegisterBenchmark(("attention_prefill/" + hs.name() + "/causal" + std::to_string(n) + "x" +
-                                      std::to_string(n) + t).c_str(),
+        benchmark::RegisterBenchmark(("attention_prefill/" + hs.name() + "/causal" +
+                                      std::to_string(n) + "x" + std::to_string(n) + t)
+                                         .c_str(),
                                      prefill_benchmark, hs, n, 0, threads)
             ->Unit(benchmark::kMillisecond);
       }
-      benchmark::RegisterBenchmark(("attention_prefill/" + hs.name() + "/chunk256/past2048/f16" + t).c_str(),
-                                   prefill_benchmark, hs, 256, 2048, threads)
+      benchmark::RegisterBenchmark(
+          ("attention_prefill/" + hs.name() + "/chunk256/past2048/f16" + t).c_str(),
+          prefill_benchmark, hs, 256, 2048, threads)
           ->Unit(benchmark::kMillisecond);
     }
   }

