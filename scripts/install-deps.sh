@@ -7,6 +7,7 @@ packages=(
   g++ cmake make ninja-build pkg-config  # toolchain (Ninja: faster rebuilds than make)
   libeigen3-dev                   # GEMM baseline, interop
   libxtensor-dev                  # interop
+  nlohmann-json3-dev              # safetensors headers, config.json
   libze-dev                       # Level Zero loader (NPU backend)
   libgtest-dev                    # tests
   libbenchmark-dev                # benchmarks

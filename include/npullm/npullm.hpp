@@ -31,3 +31,7 @@
 #include "npullm/ops/rope.hpp"
 #include "npullm/ops/silu_mul.hpp"
 #include "npullm/ops/softmax.hpp"
+
+#include "npullm/model/config.hpp"
+#include "npullm/model/generator.hpp"
+#include "npullm/model/safetensors.hpp"

@@ -1,0 +1,38 @@
+// npullm_make_model: writes a generated Hugging Face style model directory.
+//   npullm_make_model <preset> <dir> [f32|f16|bf16] [seed]
+// presets: tiny, tiny-llama, qwen2-0.5b (see include/npullm/model/generator.hpp).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "npullm/model/generator.hpp"
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s <tiny|tiny-llama|qwen2-0.5b> <dir> [f32|f16|bf16] [seed]\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string dtype = argc > 3 ? argv[3] : "bf16";
+  const npullm::dtype d = dtype == "f32"   ? npullm::dtype::f32
+                          : dtype == "f16" ? npullm::dtype::f16
+                                           : npullm::dtype::bf16;
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16") {
+    std::fprintf(stderr, "unknown dtype '%s' (f32, f16, bf16)\n", dtype.c_str());
+    return 2;
+  }
+  try {
+    const auto spec =
+        npullm::model::preset(argv[1], d, argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 1);
+    const auto start = std::chrono::steady_clock::now();
+    npullm::model::write_model(argv[2], spec);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("wrote %s (%s, %s) in %.1f s\n", argv[2], argv[1], dtype.c_str(), s);
+  } catch (const npullm::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
