@@ -35,3 +35,8 @@
 #include "npullm/model/config.hpp"
 #include "npullm/model/generator.hpp"
 #include "npullm/model/safetensors.hpp"
+
+#include "npullm/batch/output_rows.hpp"
+#include "npullm/model/causal_lm.hpp"
+#include "npullm/npu/backend.hpp"
+#include "npullm/npu/host.hpp"

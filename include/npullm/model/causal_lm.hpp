@@ -1,0 +1,677 @@
+// causal_lm: a Qwen2 / Llama family decoder built from a model directory (config.json +
+// safetensors), composed as head / body / tail on a backend.
+//
+//   head   embedding gather of the step's tokens
+//   body   one decoder layer: rms_norm, q/k/v projections (+ Qwen2 biases), RoPE, attention
+//          over the KV cache with the step's own K/V as the final tile, o projection,
+//          residual, rms_norm, SwiGLU MLP, residual. Compiled once per phase (prefill shape,
+//          decode shape) and executed once per layer with that layer's weights as the closure.
+//   tail   the selected rows only: gathered before the final norm, then the LM head
+//
+// Configured at compile time (the policies below) while the model's shapes come from
+// config.json at run time:
+//
+//   using config = pipeline_config<block_kv<bfloat16, 16>, dynamic_attention<>, bfloat16>;
+//   causal_lm<config> lm("models/qwen2-0.5b", {.max_sequence = 4096});
+//   auto out = lm.prefill(prompt);           // logits of the last prompt token
+//   auto next = lm.decode(std::array{token});
+//
+// Prefill modes (pipeline_options::prefill): dynamic (any length, one step), static (prompt
+// capacity P: the prompt right-aligned in P slots, padded slots masked; the static shape a
+// device graph has) and chunked (chunks of q, each chunk's K/V joining the past). All three
+// give the same logits. With pyramid_attention_policy<q> (contiguous KV) chunks and decode
+// steps run the smallest pyramid variant, with static shapes.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "npullm/attention/flash.hpp"
+#include "npullm/attention/mask.hpp"
+#include "npullm/attention/pyramid.hpp"
+#include "npullm/batch/output_rows.hpp"
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/slice.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/kv/block_table.hpp"
+#include "npullm/kv/contiguous_cache.hpp"
+#include "npullm/model/config.hpp"
+#include "npullm/model/safetensors.hpp"
+#include "npullm/npu/host.hpp"
+#include "npullm/ops/gather.hpp"
+#include "npullm/ops/linear.hpp"
+#include "npullm/ops/rms_norm.hpp"
+#include "npullm/ops/rope.hpp"
+#include "npullm/ops/silu_mul.hpp"
+
+namespace npullm::model {
+
+// ---- policies ----------------------------------------------------------------------------
+
+// KV in one static-capacity contiguous cache of element type T.
+template <storage_type T>
+struct contiguous_kv {
+  using value_type = T;
+};
+// KV in blocks of BlockSize tokens from a block pool, element type T.
+template <storage_type T, std::size_t BlockSize>
+struct block_kv {
+  static_assert(BlockSize > 0);
+  using value_type = T;
+  static constexpr std::size_t block_size = BlockSize;
+};
+
+// Attention over the whole past as it is (the fast host path).
+template <class Tiles = attention::flash<>>
+struct dynamic_attention {
+  using tiles = Tiles;
+};
+// Static shapes: chunks of Chunk queries and decode steps run the smallest pyramid variant.
+template <std::size_t Chunk, class Tiles = attention::flash<>>
+struct pyramid_attention_policy {
+  static_assert(Chunk > 0);
+  using tiles = Tiles;
+  static constexpr std::size_t chunk = Chunk;
+};
+
+template <class Kv, class Attention, storage_type Weights, class Backend = npu::host_backend>
+struct pipeline_config {
+  using kv = Kv;
+  using attention_policy = Attention;
+  using weight_type = Weights;
+  using backend_type = Backend;
+};
+
+struct prefill_mode {
+  enum class kind { dynamic, static_shape, chunked };
+  kind mode = kind::dynamic;
+  std::size_t size = 0;  // P for static_shape, q for chunked
+
+  static prefill_mode dynamic() { return {}; }
+  static prefill_mode static_prompt(std::size_t capacity) { return {kind::static_shape, capacity}; }
+  static prefill_mode chunked(std::size_t chunk) { return {kind::chunked, chunk}; }
+};
+
+struct pipeline_options {
+  std::size_t max_sequence = 2048;  // KV capacity in tokens
+  prefill_mode prefill = prefill_mode::dynamic();
+  std::size_t decode_rows = 8;        // the decode shape: up to this many tokens a step
+  const thread_pool* pool = nullptr;  // nullptr: serial
+};
+
+// A threading policy over an optional pool.
+struct pool_policy {
+  const thread_pool* pool = nullptr;
+  [[nodiscard]] std::size_t concurrency() const noexcept { return pool ? pool->concurrency() : 1; }
+  template <class Fn>
+  void parallel_for(std::size_t n, Fn&& fn) const {
+    if (pool)
+      pool->parallel_for(n, std::forward<Fn>(fn));
+    else
+      serial::parallel_for(n, fn);
+  }
+};
+
+template <class Config>
+class causal_lm {
+ public:
+  using W = typename Config::weight_type;
+  using kv_policy = typename Config::kv;
+  using KvT = typename kv_policy::value_type;
+  using attention_policy = typename Config::attention_policy;
+  using tiles = typename attention_policy::tiles;
+  using backend_type = typename Config::backend_type;
+  static constexpr bool blocks = requires { kv_policy::block_size; };
+  static constexpr bool pyramid = requires { attention_policy::chunk; };
+  static_assert(!(pyramid && blocks), "causal_lm: pyramid attention runs over contiguous KV");
+
+  struct timings {
+    double head = 0, body = 0, tail = 0;  // seconds
+  };
+
+  causal_lm(const std::filesystem::path& dir, pipeline_options options = {},
+            backend_type backend = {})
+      : config_(load_config(dir)),
+        weights_file_(safetensors_model::open(dir)),
+        options_(options),
+        backend_(std::move(backend)),
+        rope_(config_.head_dim, config_.rope_theta,
+              std::max(options.max_sequence, options.prefill.size) + 1) {
+    validate_options();
+    load_weights();
+    create_kv();
+    allocate_buffers();
+    const body_fn body = [this](const body_closure& c) { run_layer(c); };
+    head_ = backend_.compile("head", {{0, config_.hidden_size}, false},
+                             head_fn([this](const step_state& s) { run_head(s); }));
+    body_prefill_ = backend_.compile(
+        "body/prefill", {{prefill_rows_, config_.hidden_size}, static_prefill()}, body);
+    body_decode_ = backend_.compile("body/decode",
+                                    {{options_.decode_rows, config_.hidden_size}, pyramid}, body);
+    tail_ = backend_.compile("tail", {{0, config_.vocab_size}, false},
+                             tail_fn([this](const tail_closure& t) { run_tail(t); }));
+  }
+
+  // Runs a prompt (appended to the current sequence; static prefill needs an empty one).
+  batch::step_output prefill(std::span<const std::int32_t> ids,
+                             const batch::output_selection& sel = batch::output_selection::last()) {
+    check_ids(ids);
+    const std::size_t n = ids.size();
+    auto out = make_output(sel, n);
+    const auto& mode = options_.prefill;
+    if (mode.mode == prefill_mode::kind::static_shape) {
+      if (length() != 0) {
+        raise(error_code::invalid_argument,
+              "causal_lm: static prefill needs an empty sequence (length ", length(),
+              "); call reset() first");
+      }
+      if (n > mode.size) {
+        raise(error_code::capacity_exhausted, "causal_lm: prompt of ", n,
+              " tokens exceeds the static prompt capacity ", mode.size);
+      }
+      run_step(ids, 0, slots{mode.size, mode.size - n}, body_prefill_, out);
+    } else if (mode.mode == prefill_mode::kind::chunked || pyramid) {
+      const std::size_t q = chunk_size();
+      check_capacity(n);
+      for (std::size_t t0 = 0; t0 < n; t0 += q) {
+        const std::size_t len = std::min(q, n - t0);
+        run_step(ids.subspan(t0, len), t0, slots{pyramid ? q : len, 0}, body_prefill_, out);
+      }
+    } else {
+      run_step(ids, 0, slots{n, 0}, body_prefill_, out);
+    }
+    return out;
+  }
+
+  // One or a few tokens after the current sequence (decode_rows at most).
+  batch::step_output decode(std::span<const std::int32_t> ids,
+                            const batch::output_selection& sel = batch::output_selection::last()) {
+    check_ids(ids);
+    if (ids.size() > options_.decode_rows) {
+      raise(error_code::invalid_shape, "causal_lm: decode of ", ids.size(),
+            " tokens exceeds the decode shape of ", options_.decode_rows, " rows");
+    }
+    auto out = make_output(sel, ids.size());
+    run_step(ids, 0, slots{ids.size(), 0}, body_decode_, out);
+    return out;
+  }
+
+  // Clears the sequence (returns its blocks / empties the cache) to serve the next.
+  void reset() noexcept {
+    if constexpr (blocks) {
+      table_->reset();
+    } else {
+      cache_->reset();
+    }
+  }
+  // Rolls the sequence back to its first n tokens (speculative decoding).
+  void truncate(std::size_t n) {
+    if constexpr (blocks) {
+      table_->truncate(n);
+    } else {
+      cache_->truncate(n);
+    }
+  }
+
+  [[nodiscard]] std::size_t length() const noexcept {
+    if constexpr (blocks) {
+      return table_->length();
+    } else {
+      return cache_->length();
+    }
+  }
+  [[nodiscard]] const model_config& config() const noexcept { return config_; }
+  [[nodiscard]] backend_type& backend() noexcept { return backend_; }
+  [[nodiscard]] const timings& time_spent() const noexcept { return timings_; }
+  void reset_timings() noexcept { timings_ = {}; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return options_.max_sequence; }
+
+ private:
+  struct layer_weights {
+    dense_view<const W, 1> input_norm, post_norm;
+    dense_view<const W, 2> q, k, v, o, gate, up, down;
+    std::vector<float> q_bias, k_bias, v_bias;  // empty without attention bias
+  };
+
+  // Where a step's n tokens sit in its S static rows: token t in row first + t.
+  struct slots {
+    std::size_t rows;   // S
+    std::size_t first;  // leading padding rows (static prefill pads on the left)
+  };
+
+  struct step_state {
+    std::span<const std::int32_t> ids;
+    std::size_t past;  // KV length before the step
+    slots s;
+    std::vector<std::int64_t> positions;  // per row (padding rows: 0)
+    const attention::pyramid_step* pyramid_step = nullptr;
+  };
+  struct body_closure {
+    std::size_t layer;
+    const step_state* step;
+  };
+  struct tail_closure {
+    const step_state* step;
+    std::span<const std::size_t> logit_rows;  // step-local token indices
+    std::size_t logit_offset;                 // first output row they fill
+    std::span<const std::size_t> hidden_rows;
+    std::size_t hidden_offset;
+    batch::step_output* out;
+  };
+
+  // ---- construction ----------------------------------------------------------------------
+
+  bool static_prefill() const noexcept {
+    return options_.prefill.mode == prefill_mode::kind::static_shape || pyramid;
+  }
+  std::size_t chunk_size() const noexcept {
+    if constexpr (pyramid) return attention_policy::chunk;
+    return options_.prefill.size;
+  }
+
+  void validate_options() {
+    const auto& m = options_.prefill;
+    if (options_.max_sequence == 0 || options_.decode_rows == 0 ||
+        (m.mode != prefill_mode::kind::dynamic && m.size == 0)) {
+      raise(error_code::invalid_argument, "causal_lm: max_sequence ", options_.max_sequence,
+            ", decode_rows ", options_.decode_rows, " and a static/chunked prefill size ", m.size,
+            " must be > 0");
+    }
+    if (config_.head_dim % simd::lanes != 0) {
+      raise(error_code::unsupported, "causal_lm: head_dim ", config_.head_dim,
+            " is not a multiple of ", simd::lanes);
+    }
+    if constexpr (pyramid) {
+      if (m.mode == prefill_mode::kind::static_shape) {
+        raise(error_code::invalid_argument,
+              "causal_lm: pyramid attention prefills in chunks of its own; use "
+              "prefill_mode::chunked or dynamic");
+      }
+      if (options_.decode_rows > attention_policy::chunk) {
+        raise(error_code::invalid_argument, "causal_lm: decode_rows ", options_.decode_rows,
+              " exceeds the pyramid chunk ", attention_policy::chunk);
+      }
+    }
+    switch (m.mode) {
+      case prefill_mode::kind::dynamic: prefill_rows_ = options_.max_sequence; break;
+      case prefill_mode::kind::static_shape: prefill_rows_ = m.size; break;
+      case prefill_mode::kind::chunked: prefill_rows_ = m.size; break;
+    }
+    if constexpr (pyramid) prefill_rows_ = attention_policy::chunk;
+    if (m.mode == prefill_mode::kind::static_shape && m.size > options_.max_sequence) {
+      raise(error_code::invalid_argument, "causal_lm: static prompt capacity ", m.size,
+            " exceeds max_sequence ", options_.max_sequence);
+    }
+  }
+
+  template <std::size_t Rank>
+  dense_view<const W, Rank> weight(const std::string& name,
+                                   std::array<std::size_t, Rank> shape) const {
+    const tensor_info& info = weights_file_.info(name);
+    if (info.storage() != dtype_of<W>) {
+      raise(error_code::unsupported, "causal_lm: ", name, " is stored as ", info.dtype,
+            "; this pipeline is configured for ", to_string(dtype_of<W>), " weights");
+    }
+    auto v = weights_file_.template view<W, Rank>(name);
+    for (std::size_t r = 0; r < Rank; ++r) {
+      if (v.extent(r) != shape[r]) {
+        raise(error_code::corrupt_data, "causal_lm: ", name, " has shape ",
+              npullm::detail::format_extents(v.extents()), ", config.json implies ",
+              npullm::detail::format_list(shape));
+      }
+    }
+    return v;
+  }
+  std::vector<float> bias(const std::string& name, std::size_t n) const {
+    const auto v = weight<1>(name, {n});
+    std::vector<float> out(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = to_float(v(i));
+    return out;
+  }
+
+  void load_weights() {
+    const auto& c = config_;
+    const std::size_t h = c.hidden_size;
+    embed_ = weight<2>("model.embed_tokens.weight", {c.vocab_size, h});
+    final_norm_ = weight<1>("model.norm.weight", {h});
+    lm_head_ = c.tie_word_embeddings ? embed_ : weight<2>("lm_head.weight", {c.vocab_size, h});
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      layer_weights lw{weight<1>(p + "input_layernorm.weight", {h}),
+                       weight<1>(p + "post_attention_layernorm.weight", {h}),
+                       weight<2>(p + "self_attn.q_proj.weight", {c.q_size(), h}),
+                       weight<2>(p + "self_attn.k_proj.weight", {c.kv_size(), h}),
+                       weight<2>(p + "self_attn.v_proj.weight", {c.kv_size(), h}),
+                       weight<2>(p + "self_attn.o_proj.weight", {h, c.q_size()}),
+                       weight<2>(p + "mlp.gate_proj.weight", {c.intermediate_size, h}),
+                       weight<2>(p + "mlp.up_proj.weight", {c.intermediate_size, h}),
+                       weight<2>(p + "mlp.down_proj.weight", {h, c.intermediate_size}),
+                       {},
+                       {},
+                       {}};
+      if (c.attention_bias) {
+        lw.q_bias = bias(p + "self_attn.q_proj.bias", c.q_size());
+        lw.k_bias = bias(p + "self_attn.k_proj.bias", c.kv_size());
+        lw.v_bias = bias(p + "self_attn.v_proj.bias", c.kv_size());
+      }
+      layers_.push_back(std::move(lw));
+    }
+  }
+
+  void create_kv() {
+    const kv::kv_shape shape{config_.num_hidden_layers, config_.num_key_value_heads,
+                             config_.head_dim};
+    if constexpr (blocks) {
+      constexpr std::size_t bs = kv_policy::block_size;
+      pool_.emplace(shape, bs, (options_.max_sequence + bs - 1) / bs);
+      table_.emplace(*pool_);
+    } else if constexpr (pyramid) {
+      // Variants of past i * q up to the largest past that holds max_sequence.
+      constexpr std::size_t q = attention_policy::chunk;
+      plan_.emplace(q, ((options_.max_sequence + q - 1) / q + 1) * q);
+      cache_.emplace(shape, plan_->max_past());
+    } else {
+      cache_.emplace(shape, options_.max_sequence);
+    }
+  }
+
+  void allocate_buffers() {
+    const auto& c = config_;
+    const std::size_t r = std::max(prefill_rows_, options_.decode_rows);
+    x_ = backend_.template allocate<float, 2>({r, c.hidden_size});
+    h_ = backend_.template allocate<float, 2>({r, c.hidden_size});
+    q_ = backend_.template allocate<float, 2>({r, c.q_size()});
+    k_ = backend_.template allocate<float, 2>({r, c.kv_size()});
+    v_ = backend_.template allocate<float, 2>({r, c.kv_size()});
+    qh_ = backend_.template allocate<float, 3>({c.num_attention_heads, r, c.head_dim});
+    kh_ = backend_.template allocate<float, 3>({c.num_key_value_heads, r, c.head_dim});
+    vh_ = backend_.template allocate<float, 3>({c.num_key_value_heads, r, c.head_dim});
+    att_ = backend_.template allocate<float, 3>({c.num_attention_heads, r, c.head_dim});
+    gate_ = backend_.template allocate<float, 2>({r, c.intermediate_size});
+    up_ = backend_.template allocate<float, 2>({r, c.intermediate_size});
+  }
+
+  // ---- a step ----------------------------------------------------------------------------
+
+  void check_ids(std::span<const std::int32_t> ids) const {
+    if (ids.empty()) raise(error_code::invalid_argument, "causal_lm: no tokens");
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= config_.vocab_size) {
+        raise(error_code::invalid_argument, "causal_lm: token ", ids[i], " at ", i,
+              " outside the vocabulary of ", config_.vocab_size);
+      }
+    }
+  }
+  void check_capacity(std::size_t n) const {
+    if (length() + n > options_.max_sequence) {
+      raise(error_code::capacity_exhausted, "causal_lm: KV cache is full: ", length(), " + ", n,
+            " tokens exceed the capacity of ", options_.max_sequence);
+    }
+  }
+
+  batch::step_output make_output(const batch::output_selection& sel, std::size_t n) {
+    batch::step_output out;
+    out.logit_rows = sel.logit_rows(n);
+    out.hidden_rows = sel.hidden_rows(n);
+    // Only the selected rows: a (n, vocab) buffer exists only when every row is asked for.
+    out.logits = backend_.template allocate<float, 2>({out.logit_rows.size(), config_.vocab_size});
+    out.hidden =
+        backend_.template allocate<float, 2>({out.hidden_rows.size(), config_.hidden_size});
+    return out;
+  }
+
+  template <class Body>
+  void run_step(std::span<const std::int32_t> ids, std::size_t token_offset, slots s,
+                const Body& body, batch::step_output& out) {
+    const std::size_t n = ids.size();
+    check_capacity(n);
+    step_state st{ids, length(), s, std::vector<std::int64_t>(s.rows, 0), nullptr};
+    for (std::size_t t = 0; t < n; ++t)
+      st.positions[s.first + t] = static_cast<std::int64_t>(st.past + t);
+
+    // Reserve the KV positions; undo them if anything below throws.
+    if constexpr (blocks) {
+      table_->append(n);
+    } else {
+      cache_->append(n);
+    }
+    struct rollback {
+      causal_lm* lm;
+      std::size_t past;
+      bool done = false;
+      ~rollback() {
+        if (!done) lm->truncate(past);
+      }
+    } guard{this, st.past};
+
+    std::optional<tensor<float, 2>> full_mask;
+    std::optional<attention::pyramid_step> pstep;
+    if constexpr (pyramid) {
+      // The variant mask, built once for every layer of this step.
+      const std::size_t max_past = plan_->max_past();
+      full_mask.emplace(s.rows, max_past + s.rows);
+      auto m = full_mask->view();
+      for (std::size_t r = 0; r < s.rows; ++r) {
+        const bool real = r >= s.first && r < s.first + n;
+        for (std::size_t j = 0; j < max_past + s.rows; ++j) {
+          const bool visible =
+              real && (j < max_past ? j < st.past : (j - max_past >= s.first && j - max_past <= r));
+          m(r, j) = visible ? 0.0f : -std::numeric_limits<float>::infinity();
+        }
+      }
+      pstep.emplace(*plan_, full_mask->view(), st.past, s.rows);
+      st.pyramid_step = &*pstep;
+    }
+
+    auto clock = std::chrono::steady_clock::now();
+    auto lap = [&](double& bucket) {
+      const auto now = std::chrono::steady_clock::now();
+      bucket += std::chrono::duration<double>(now - clock).count();
+      clock = now;
+    };
+    backend_.execute(head_, st);
+    lap(timings_.head);
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
+    }
+    lap(timings_.body);
+
+    // The call's selected rows that fall in this step.
+    auto in_step = [&](const std::vector<std::size_t>& rows, std::vector<std::size_t>& local) {
+      const auto first = std::lower_bound(rows.begin(), rows.end(), token_offset);
+      local.clear();
+      for (auto it = first; it != rows.end() && *it < token_offset + n; ++it)
+        local.push_back(*it - token_offset);
+      return static_cast<std::size_t>(first - rows.begin());
+    };
+    std::vector<std::size_t> logit_local, hidden_local;
+    const std::size_t logit_offset = in_step(out.logit_rows, logit_local);
+    const std::size_t hidden_offset = in_step(out.hidden_rows, hidden_local);
+    if (!logit_local.empty() || !hidden_local.empty()) {
+      backend_.execute(
+          tail_, tail_closure{&st, logit_local, logit_offset, hidden_local, hidden_offset, &out});
+    }
+    backend_.wait();
+    lap(timings_.tail);
+    guard.done = true;
+  }
+
+  void run_head(const step_state& st) {
+    auto x = rows(x_.view(), 0, st.s.rows);
+    std::fill_n(x.data_handle(), x.size(), 0.0f);
+    ops::gather<W>(st.ids, embed_, rows(x_.view(), st.s.first, st.s.first + st.ids.size()));
+  }
+
+  // Tokens [past, past + n) of one layer as tiles of the cache, for the present step.
+  std::vector<kv::kv_tile<KvT>> past_tiles(std::size_t layer, std::size_t past) const {
+    std::vector<kv::kv_tile<KvT>> tiles;
+    if (past == 0) return tiles;
+    if constexpr (blocks) {
+      const std::size_t bs = kv_policy::block_size;
+      const auto& s = pool_->shape();
+      for (std::size_t i = 0; i * bs < past; ++i) {
+        const kv::block_id b = table_->blocks()[i];
+        const std::size_t len = std::min(bs, past - i * bs);
+        tiles.push_back({kv::make_kv_view(pool_->block(b, layer, kv::kv_part::k).data_handle(),
+                                          s.kv_heads, len, s.head_dim, bs * s.head_dim),
+                         kv::make_kv_view(pool_->block(b, layer, kv::kv_part::v).data_handle(),
+                                          s.kv_heads, len, s.head_dim, bs * s.head_dim),
+                         i * bs});
+      }
+    } else {
+      tiles.push_back(cache_->range_tile(layer, 0, past));
+    }
+    return tiles;
+  }
+
+  strided_view<KvT, 2> kv_slot(std::size_t pos, std::size_t layer, kv::kv_part part) {
+    if constexpr (blocks) {
+      return table_->token_kv(pos, layer, part);
+    } else {
+      return cache_->token_kv(pos, layer, part);
+    }
+  }
+
+  void run_layer(const body_closure& c) {
+    const step_state& st = *c.step;
+    const layer_weights& w = layers_[c.layer];
+    const auto& cfg = config_;
+    const std::size_t S = st.s.rows, n = st.ids.size(), D = cfg.head_dim;
+    const std::size_t hq = cfg.num_attention_heads, hkv = cfg.num_key_value_heads;
+    const pool_policy policy{options_.pool};
+    auto x = rows(x_.view(), 0, S);
+    auto h = rows(h_.view(), 0, S);
+    auto q = rows(q_.view(), 0, S);
+    auto k = rows(k_.view(), 0, S);
+    auto v = rows(v_.view(), 0, S);
+
+    ops::rms_norm<W>(x, w.input_norm, static_cast<float>(cfg.rms_norm_eps), h);
+    ops::linear<W>(h, w.q, q, w.q_bias, policy);
+    ops::linear<W>(h, w.k, k, w.k_bias, policy);
+    ops::linear<W>(h, w.v, v, w.v_bias, policy);
+    ops::apply_rope(dense_view<float, 3>(q.data_handle(), S, hq, D), st.positions, rope_);
+    ops::apply_rope(dense_view<float, 3>(k.data_handle(), S, hkv, D), st.positions, rope_);
+
+    // Head-major copies: q (hq, S, D), the present K/V tile (hkv, S, D).
+    const dense_view<float, 3> qh(qh_.data(), hq, S, D), kh(kh_.data(), hkv, S, D),
+        vh(vh_.data(), hkv, S, D), att(att_.data(), hq, S, D);
+    for (std::size_t r = 0; r < S; ++r) {
+      for (std::size_t hh = 0; hh < hq; ++hh) std::copy_n(&q(r, hh * D), D, &qh(hh, r, 0));
+      for (std::size_t hh = 0; hh < hkv; ++hh) {
+        std::copy_n(&k(r, hh * D), D, &kh(hh, r, 0));
+        std::copy_n(&v(r, hh * D), D, &vh(hh, r, 0));
+      }
+    }
+    const kv::kv_tile<float> present{kh, vh, st.past};
+    const attention::attention_io io{qh, att, {}, 1.0f / std::sqrt(static_cast<float>(D))};
+    const auto past = past_tiles(c.layer, st.past);
+    if constexpr (pyramid) {
+      const kv::kv_tile<KvT> ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
+      attention::pyramid_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(&ptile, 1), present,
+                                          *st.pyramid_step, policy);
+    } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
+      attention::flash_attention<tiles>(
+          io, std::span<const kv::kv_tile<KvT>>(past), &present,
+          attention::all_of<attention::causal, attention::padding>{
+              attention::causal{st.past}, attention::padding::left(st.s.first, S)},
+          policy);
+    } else {
+      attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
+                                        attention::causal{st.past}, policy);
+    }
+    // The step's real K/V join the cache.
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t r = st.s.first + t;
+      auto ks = kv_slot(st.past + t, c.layer, kv::kv_part::k);
+      auto vs = kv_slot(st.past + t, c.layer, kv::kv_part::v);
+      for (std::size_t hh = 0; hh < hkv; ++hh) {
+        for (std::size_t d = 0; d < D; ++d) {
+          ks(hh, d) = from_float<KvT>(kh(hh, r, d));
+          vs(hh, d) = from_float<KvT>(vh(hh, r, d));
+        }
+      }
+    }
+    // Back to rows (S, hq * D), then the o projection into h and the residual.
+    for (std::size_t r = 0; r < S; ++r) {
+      for (std::size_t hh = 0; hh < hq; ++hh) std::copy_n(&att(hh, r, 0), D, &q(r, hh * D));
+    }
+    ops::linear<W>(q, w.o, h, {}, policy);
+    add_into(x, h);
+    // MLP.
+    ops::rms_norm<W>(x, w.post_norm, static_cast<float>(cfg.rms_norm_eps), h);
+    auto g = rows(gate_.view(), 0, S);
+    auto u = rows(up_.view(), 0, S);
+    ops::linear<W>(h, w.gate, g, {}, policy);
+    ops::linear<W>(h, w.up, u, {}, policy);
+    ops::silu_mul(g, u, g);
+    ops::linear<W>(g, w.down, h, {}, policy);
+    add_into(x, h);
+  }
+
+  static void add_into(dense_view<float, 2> x, dense_view<const float, 2> y) {
+    float* a = x.data_handle();
+    const float* b = y.data_handle();
+    for (std::size_t i = 0; i < x.size(); ++i) a[i] += b[i];
+  }
+
+  void run_tail(const tail_closure& t) {
+    const auto& cfg = config_;
+    const step_state& st = *t.step;
+    // Pre-norm hidden rows, copied out as they are.
+    for (std::size_t i = 0; i < t.hidden_rows.size(); ++i) {
+      std::copy_n(&x_.view()(st.s.first + t.hidden_rows[i], 0), cfg.hidden_size,
+                  &t.out->hidden.view()(t.hidden_offset + i, 0));
+    }
+    if (t.logit_rows.empty()) return;
+    // Gather the selected rows, then the final norm and the LM head on them only.
+    const std::size_t m = t.logit_rows.size();
+    auto sel = rows(h_.view(), 0, m);
+    for (std::size_t i = 0; i < m; ++i) {
+      std::copy_n(&x_.view()(st.s.first + t.logit_rows[i], 0), cfg.hidden_size, &sel(i, 0));
+    }
+    ops::rms_norm<W>(sel, final_norm_, static_cast<float>(cfg.rms_norm_eps), sel);
+    ops::linear<W>(sel, lm_head_, rows(t.out->logits.view(), t.logit_offset, t.logit_offset + m),
+                   {}, pool_policy{options_.pool});
+  }
+
+  model_config config_;
+  safetensors_model weights_file_;
+  pipeline_options options_;
+  backend_type backend_;
+  ops::rope_table rope_;
+  std::size_t prefill_rows_ = 0;
+
+  dense_view<const W, 2> embed_, lm_head_;
+  dense_view<const W, 1> final_norm_;
+  std::vector<layer_weights> layers_;
+
+  std::optional<kv::contiguous_cache<KvT>> cache_;
+  std::optional<kv::block_pool<KvT>> pool_;
+  std::optional<kv::block_table<KvT>> table_;
+  std::optional<attention::pyramid_plan> plan_;
+
+  tensor<float, 2> x_, h_, q_, k_, v_, gate_, up_;
+  tensor<float, 3> qh_, kh_, vh_, att_;
+
+  using head_fn = std::function<void(const step_state&)>;
+  using body_fn = std::function<void(const body_closure&)>;
+  using tail_fn = std::function<void(const tail_closure&)>;
+  typename backend_type::template function<head_fn> head_;
+  typename backend_type::template function<body_fn> body_prefill_, body_decode_;
+  typename backend_type::template function<tail_fn> tail_;
+  timings timings_;
+};
+
+}  // namespace npullm::model
