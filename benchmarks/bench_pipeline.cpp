@@ -1,0 +1,153 @@
+// Decoder pipeline benchmarks on the generated qwen2-0.5b model (names and counters as in
+// shared/DESIGN.md). The model is generated once under models/ (bf16 ~1 GB, f32 ~2 GB).
+//   pipeline_prefill/qwen2-0.5b/<w>/p512/threads:n   tokens_per_s; GFLOPs and pct_peak in
+//       useful flops (2 x matmul weights x tokens + causal attention, LM head on the last row)
+//       against the bf16 dot peak (bf16 weights) or the fp32 FMA peak (f32)
+//   pipeline_decode/qwen2-0.5b/<w>/after512/threads:n  128 tokens after a 512-token prefill:
+//       tokens_per_s; GBps and pct_bw of the bytes a token must read (every weight once + KV)
+//   pipeline_logits/qwen2-0.5b/<w>/p512/threads:n      ratio = all-rows logits / last-row
+//       logits prefill time
+// Weights are bf16 or f32; KV is bf16 in blocks of 16.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "npullm/model/causal_lm.hpp"
+#include "npullm/model/generator.hpp"
+
+namespace {
+
+namespace nb = npullm::bench;
+namespace fs = std::filesystem;
+using npullm::model::block_kv;
+using npullm::model::causal_lm;
+using npullm::model::dynamic_attention;
+using npullm::model::pipeline_config;
+
+const npullm::thread_pool& pool_for(std::size_t threads) {
+  static std::map<std::size_t, std::unique_ptr<npullm::thread_pool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<npullm::thread_pool>(threads);
+  return *p;
+}
+
+template <class W>
+fs::path model_dir() {
+  const bool bf16 = std::is_same_v<W, npullm::bfloat16>;
+  const fs::path dir = bf16 ? "models/qwen2-0.5b-bf16" : "models/qwen2-0.5b-f32";
+  if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors")) {
+    npullm::model::write_model(dir, npullm::model::preset("qwen2-0.5b", bf16 ? npullm::dtype::bf16 : npullm::dtype::f32));
+  }
+  return dir;
+}
+
+std::vector<std::int32_t> tokens(std::size_t n, std::size_t vocab) {
+  std::vector<std::int32_t> ids(n);
+  for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % vocab);
+  return ids;
+}
+
+// Matmul weights a token passes through (the LM head counted separately).
+double body_params(const npullm::model::model_config& c) {
+  return static_cast<double>(c.num_hidden_layers) *
+         static_cast<double>(c.hidden_size * (c.q_size() + 2 * c.kv_size()) + c.q_size() * c.hidden_size +
+                             3 * c.hidden_size * c.intermediate_size);
+}
+
+template <class W>
+using lm_type = causal_lm<pipeline_config<block_kv<npullm::bfloat16, 16>, dynamic_attention<>, W>>;
+
+template <class W>
+void prefill_benchmark(benchmark::State& state, std::size_t threads) {
+  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+  const auto& c = lm.config();
+  const auto ids = tokens(512, c.vocab_size);
+  const double seconds = nb::timed_loop(state, [&] {
+    lm.reset();
+    benchmark::DoNotOptimize(lm.prefill(ids).logits.data());
+  });
+  const double n = 512;
+  const double attention = 4.0 * static_cast<double>(c.head_dim * c.num_attention_heads * c.num_hidden_layers) * n * (n + 1) / 2;
+  const double flops = 2.0 * body_params(c) * n + attention + 2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
+  state.counters["tokens_per_s"] = n / seconds;
+  nb::set_flops_counters(state, flops, seconds, threads, std::is_same_v<W, npullm::bfloat16>);
+}
+
+template <class W>
+void decode_benchmark(benchmark::State& state, std::size_t threads) {
+  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+  const auto& c = lm.config();
+  const auto ids = tokens(512, c.vocab_size);
+  constexpr std::size_t steps = 128;
+  // Only the decode steps are timed; the prefill before them is not.
+  std::vector<double> runs;
+  for (auto _ : state) {
+    state.PauseTiming();
+    lm.reset();
+    lm.prefill(ids);
+    state.ResumeTiming();
+    std::array<std::int32_t, 1> next{1};
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < steps; ++i) {
+      benchmark::DoNotOptimize(lm.decode(next).logits.data());
+      next[0] = static_cast<std::int32_t>((next[0] * 31 + 7) % 1000);
+    }
+    runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double seconds = nb::median(runs);
+  // Per token: every weight once (the LM head too), and the KV of ~576 positions (bf16).
+  const double weights = (body_params(c) + static_cast<double>(c.vocab_size * c.hidden_size)) * sizeof(W);
+  const double kv = 2.0 * static_cast<double>(c.num_hidden_layers * c.kv_size()) * 2.0 * (512.0 + steps / 2.0);
+  const double per_token = seconds / steps;
+  state.counters["tokens_per_s"] = 1.0 / per_token;
+  nb::set_bandwidth_counters(state, weights + kv, per_token, threads);
+}
+
+template <class W>
+void logits_benchmark(benchmark::State& state, std::size_t threads) {
+  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+  const auto ids = tokens(512, lm.config().vocab_size);
+  const double last = nb::timed_loop(state, [&] {
+    lm.reset();
+    benchmark::DoNotOptimize(lm.prefill(ids).logits.data());
+  });
+  const double all = nb::median_seconds(3, [&] {
+    lm.reset();
+    benchmark::DoNotOptimize(lm.prefill(ids, npullm::batch::output_selection::all_rows()).logits.data());
+  });
+  state.counters["ratio"] = all / last;
+}
+
+template <class W>
+void register_type(const char* w) {
+  for (std::size_t threads : nb::thread_counts()) {
+    const std::string t = "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark((std::string("pipeline_prefill/qwen2-0.5b/") + w + "/p512" + t).c_str(),
+                                 prefill_benchmark<W>, threads)
+        ->Unit(benchmark::kMillisecond)->Iterations(3);
+    benchmark::RegisterBenchmark((std::string("pipeline_decode/qwen2-0.5b/") + w + "/after512" + t).c_str(),
+                                 decode_benchmark<W>, threads)
+        ->Unit(benchmark::kMillisecond)->Iterations(1);
+    benchmark::RegisterBenchmark((std::string("pipeline_logits/qwen2-0.5b/") + w + "/p512" + t).c_str(),
+                                 logits_benchmark<W>, threads)
+        ->Unit(benchmark::kMillisecond)->Iterations(2);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_type<npullm::bfloat16>("bf16");
+  register_type<float>("f32");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
