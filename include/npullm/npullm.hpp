@@ -36,7 +36,10 @@
 #include "npullm/model/generator.hpp"
 #include "npullm/model/safetensors.hpp"
 
+#include "npullm/batch/inputs.hpp"
 #include "npullm/batch/output_rows.hpp"
+#include "npullm/batch/scorer.hpp"
+#include "npullm/batch/unroll.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/npu/backend.hpp"
 #include "npullm/npu/host.hpp"

@@ -208,6 +208,48 @@ class causal_lm {
     return out;
   }
 
+  // Scores independent sequences in packed passes (no padding; one GEMM per projection over
+  // all their tokens; attention per sequence with its own causal mask): the logits of each
+  // sequence's last token, (N, vocab). Keeps no KV and leaves the current sequence as it was.
+  tensor<float, 2> score(std::span<const std::span<const std::int32_t>> sequences) {
+    const std::size_t capacity = prefill_rows_;
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      check_ids(sequences[i]);
+      if (sequences[i].size() > capacity) {
+        raise(error_code::capacity_exhausted, "causal_lm: score: sequence ", i, " has ",
+              sequences[i].size(), " tokens, more than the ", capacity, " rows of a prefill step");
+      }
+    }
+    tensor<float, 2> out =
+        backend_.template allocate<float, 2>({sequences.size(), config_.vocab_size});
+    std::vector<std::int32_t> ids;
+    for (std::size_t first = 0; first < sequences.size();) {
+      // As many whole sequences as fit in one step.
+      step_state st{{}, 0, {0, 0}, {}, nullptr, {}};
+      ids.clear();
+      std::size_t last = first;
+      while (last < sequences.size() && ids.size() + sequences[last].size() <= capacity) {
+        st.packed.push_back({ids.size(), sequences[last].size()});
+        for (std::size_t t = 0; t < sequences[last].size(); ++t)
+          st.positions.push_back(static_cast<std::int64_t>(t));
+        ids.insert(ids.end(), sequences[last].begin(), sequences[last].end());
+        ++last;
+      }
+      st.ids = ids;
+      st.s = {ids.size(), 0};
+      backend_.execute(head_, st);
+      for (std::size_t l = 0; l < layers_.size(); ++l) {
+        backend_.execute(body_prefill_, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
+      }
+      std::vector<std::size_t> rows_last;
+      for (const segment& g : st.packed) rows_last.push_back(g.begin + g.rows - 1);
+      run_lm_head(rows_last, rows(out.view(), first, last));
+      backend_.wait();
+      first = last;
+    }
+    return out;
+  }
+
   // Clears the sequence (returns its blocks / empties the cache) to serve the next.
   void reset() noexcept {
     if constexpr (blocks) {
@@ -251,12 +293,18 @@ class causal_lm {
     std::size_t first;  // leading padding rows (static prefill pads on the left)
   };
 
+  // A packed step's independent sequence: rows [begin, begin + rows), positions from 0, no
+  // past, no KV kept.
+  struct segment {
+    std::size_t begin, rows;
+  };
   struct step_state {
     std::span<const std::int32_t> ids;
     std::size_t past;  // KV length before the step
     slots s;
     std::vector<std::int64_t> positions;  // per row (padding rows: 0)
     const attention::pyramid_step* pyramid_step = nullptr;
+    std::vector<segment> packed;  // non-empty: independent sequences, nothing stored
   };
   struct body_closure {
     std::size_t layer;
@@ -564,48 +612,67 @@ class causal_lm {
     ops::apply_rope(dense_view<float, 3>(q.data_handle(), S, hq, D), st.positions, rope_);
     ops::apply_rope(dense_view<float, 3>(k.data_handle(), S, hkv, D), st.positions, rope_);
 
-    // Head-major copies: q (hq, S, D), the present K/V tile (hkv, S, D).
-    const dense_view<float, 3> qh(qh_.data(), hq, S, D), kh(kh_.data(), hkv, S, D),
-        vh(vh_.data(), hkv, S, D), att(att_.data(), hq, S, D);
-    for (std::size_t r = 0; r < S; ++r) {
-      for (std::size_t hh = 0; hh < hq; ++hh) std::copy_n(&q(r, hh * D), D, &qh(hh, r, 0));
-      for (std::size_t hh = 0; hh < hkv; ++hh) {
-        std::copy_n(&k(r, hh * D), D, &kh(hh, r, 0));
-        std::copy_n(&v(r, hh * D), D, &vh(hh, r, 0));
+    // Head-major copies, one contiguous block per segment (the whole step is one segment
+    // unless it packs independent sequences): q (hq, rows, D), present K/V (hkv, rows, D).
+    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
+    std::vector<segment> whole{{0, S}};
+    const std::vector<segment>& segments = st.packed.empty() ? whole : st.packed;
+    for (const segment& g : segments) {
+      const dense_view<float, 3> qh(qh_.data() + g.begin * hq * D, hq, g.rows, D);
+      const dense_view<float, 3> kh(kh_.data() + g.begin * hkv * D, hkv, g.rows, D);
+      const dense_view<float, 3> vh(vh_.data() + g.begin * hkv * D, hkv, g.rows, D);
+      const dense_view<float, 3> att(att_.data() + g.begin * hq * D, hq, g.rows, D);
+      for (std::size_t r = 0; r < g.rows; ++r) {
+        for (std::size_t hh = 0; hh < hq; ++hh)
+          std::copy_n(&q(g.begin + r, hh * D), D, &qh(hh, r, 0));
+        for (std::size_t hh = 0; hh < hkv; ++hh) {
+          std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
+          std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
+        }
       }
-    }
-    const kv::kv_tile<float> present{kh, vh, st.past};
-    const attention::attention_io io{qh, att, {}, 1.0f / std::sqrt(static_cast<float>(D))};
-    const auto past = past_tiles(c.layer, st.past);
-    if constexpr (pyramid) {
-      const kv::kv_tile<KvT> ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
-      attention::pyramid_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(&ptile, 1), present,
-                                          *st.pyramid_step, policy);
-    } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
-      attention::flash_attention<tiles>(
-          io, std::span<const kv::kv_tile<KvT>>(past), &present,
-          attention::all_of<attention::causal, attention::padding>{
-              attention::causal{st.past}, attention::padding::left(st.s.first, S)},
-          policy);
-    } else {
-      attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
-                                        attention::causal{st.past}, policy);
-    }
-    // The step's real K/V join the cache.
-    for (std::size_t t = 0; t < n; ++t) {
-      const std::size_t r = st.s.first + t;
-      auto ks = kv_slot(st.past + t, c.layer, kv::kv_part::k);
-      auto vs = kv_slot(st.past + t, c.layer, kv::kv_part::v);
-      for (std::size_t hh = 0; hh < hkv; ++hh) {
-        for (std::size_t d = 0; d < D; ++d) {
-          ks(hh, d) = from_float<KvT>(kh(hh, r, d));
-          vs(hh, d) = from_float<KvT>(vh(hh, r, d));
+      const attention::attention_io io{qh, att, {}, inv_sqrt_d};
+      if (!st.packed.empty()) {  // an independent sequence: its own K/V only, causal
+        const kv::kv_tile<float> present{kh, vh, 0};
+        attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(), &present,
+                                          attention::causal{0}, policy);
+        continue;
+      }
+      const kv::kv_tile<float> present{kh, vh, st.past};
+      const auto past = past_tiles(c.layer, st.past);
+      if constexpr (pyramid) {
+        const kv::kv_tile<KvT> ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
+        attention::pyramid_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(&ptile, 1),
+                                            present, *st.pyramid_step, policy);
+      } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
+        attention::flash_attention<tiles>(
+            io, std::span<const kv::kv_tile<KvT>>(past), &present,
+            attention::all_of<attention::causal, attention::padding>{
+                attention::causal{st.past}, attention::padding::left(st.s.first, S)},
+            policy);
+      } else {
+        attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
+                                          attention::causal{st.past}, policy);
+      }
+      // The step's real K/V join the cache.
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::size_t r = st.s.first + t;
+        auto ks = kv_slot(st.past + t, c.layer, kv::kv_part::k);
+        auto vs = kv_slot(st.past + t, c.layer, kv::kv_part::v);
+        for (std::size_t hh = 0; hh < hkv; ++hh) {
+          for (std::size_t d = 0; d < D; ++d) {
+            ks(hh, d) = from_float<KvT>(kh(hh, r, d));
+            vs(hh, d) = from_float<KvT>(vh(hh, r, d));
+          }
         }
       }
     }
     // Back to rows (S, hq * D), then the o projection into h and the residual.
-    for (std::size_t r = 0; r < S; ++r) {
-      for (std::size_t hh = 0; hh < hq; ++hh) std::copy_n(&att(hh, r, 0), D, &q(r, hh * D));
+    for (const segment& g : segments) {
+      const dense_view<float, 3> att(att_.data() + g.begin * hq * D, hq, g.rows, D);
+      for (std::size_t r = 0; r < g.rows; ++r) {
+        for (std::size_t hh = 0; hh < hq; ++hh)
+          std::copy_n(&att(hh, r, 0), D, &q(g.begin + r, hh * D));
+      }
     }
     ops::linear<W>(q, w.o, h, {}, policy);
     add_into(x, h);
@@ -635,15 +702,22 @@ class causal_lm {
                   &t.out->hidden.view()(t.hidden_offset + i, 0));
     }
     if (t.logit_rows.empty()) return;
-    // Gather the selected rows, then the final norm and the LM head on them only.
-    const std::size_t m = t.logit_rows.size();
+    std::vector<std::size_t> step_rows(t.logit_rows.size());
+    for (std::size_t i = 0; i < step_rows.size(); ++i) step_rows[i] = st.s.first + t.logit_rows[i];
+    run_lm_head(step_rows,
+                rows(t.out->logits.view(), t.logit_offset, t.logit_offset + t.logit_rows.size()));
+  }
+
+  // The selected step rows of x gathered, final-normed and through the LM head into out.
+  void run_lm_head(const std::vector<std::size_t>& step_rows, dense_view<float, 2> out) {
+    const auto& cfg = config_;
+    const std::size_t m = step_rows.size();
+    if (m == 0) return;
     auto sel = rows(h_.view(), 0, m);
-    for (std::size_t i = 0; i < m; ++i) {
-      std::copy_n(&x_.view()(st.s.first + t.logit_rows[i], 0), cfg.hidden_size, &sel(i, 0));
-    }
+    for (std::size_t i = 0; i < m; ++i)
+      std::copy_n(&x_.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
     ops::rms_norm<W>(sel, final_norm_, static_cast<float>(cfg.rms_norm_eps), sel);
-    ops::linear<W>(sel, lm_head_, rows(t.out->logits.view(), t.logit_offset, t.logit_offset + m),
-                   {}, pool_policy{options_.pool});
+    ops::linear<W>(sel, lm_head_, out, {}, pool_policy{options_.pool});
   }
 
   model_config config_;
