@@ -19,8 +19,9 @@ test: build
 
 demo: deps
 	cmake --preset release
-	cmake --build --preset release -j $(JOBS) --target npullm_demo
+	cmake --build --preset release -j $(JOBS) --target npullm_demo npullm_rerank
 	./build/release/examples/npullm_demo
+	./build/release/examples/npullm_rerank
 
 clean:
 	rm -rf build

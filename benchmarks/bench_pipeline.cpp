@@ -42,7 +42,8 @@ fs::path model_dir() {
   const bool bf16 = std::is_same_v<W, npullm::bfloat16>;
   const fs::path dir = bf16 ? "models/qwen2-0.5b-bf16" : "models/qwen2-0.5b-f32";
   if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors")) {
-    npullm::model::write_model(dir, npullm::model::preset("qwen2-0.5b", bf16 ? npullm::dtype::bf16 : npullm::dtype::f32));
+    npullm::model::write_model(
+        dir, npullm::model::preset("qwen2-0.5b", bf16 ? npullm::dtype::bf16 : npullm::dtype::f32));
   }
   return dir;
 }
@@ -56,8 +57,8 @@ std::vector<std::int32_t> tokens(std::size_t n, std::size_t vocab) {
 // Matmul weights a token passes through (the LM head counted separately).
 double body_params(const npullm::model::model_config& c) {
   return static_cast<double>(c.num_hidden_layers) *
-         static_cast<double>(c.hidden_size * (c.q_size() + 2 * c.kv_size()) + c.q_size() * c.hidden_size +
-                             3 * c.hidden_size * c.intermediate_size);
+         static_cast<double>(c.hidden_size * (c.q_size() + 2 * c.kv_size()) +
+                             c.q_size() * c.hidden_size + 3 * c.hidden_size * c.intermediate_size);
 }
 
 template <class W>
@@ -73,8 +74,11 @@ void prefill_benchmark(benchmark::State& state, std::size_t threads) {
     benchmark::DoNotOptimize(lm.prefill(ids).logits.data());
   });
   const double n = 512;
-  const double attention = 4.0 * static_cast<double>(c.head_dim * c.num_attention_heads * c.num_hidden_layers) * n * (n + 1) / 2;
-  const double flops = 2.0 * body_params(c) * n + attention + 2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
+  const double attention =
+      4.0 * static_cast<double>(c.head_dim * c.num_attention_heads * c.num_hidden_layers) * n *
+      (n + 1) / 2;
+  const double flops = 2.0 * body_params(c) * n + attention +
+                       2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
   state.counters["tokens_per_s"] = n / seconds;
   nb::set_flops_counters(state, flops, seconds, threads, std::is_same_v<W, npullm::bfloat16>);
 }
@@ -102,8 +106,10 @@ void decode_benchmark(benchmark::State& state, std::size_t threads) {
   }
   const double seconds = nb::median(runs);
   // Per token: every weight once (the LM head too), and the KV of ~576 positions (bf16).
-  const double weights = (body_params(c) + static_cast<double>(c.vocab_size * c.hidden_size)) * sizeof(W);
-  const double kv = 2.0 * static_cast<double>(c.num_hidden_layers * c.kv_size()) * 2.0 * (512.0 + steps / 2.0);
+  const double weights =
+      (body_params(c) + static_cast<double>(c.vocab_size * c.hidden_size)) * sizeof(W);
+  const double kv =
+      2.0 * static_cast<double>(c.num_hidden_layers * c.kv_size()) * 2.0 * (512.0 + steps / 2.0);
   const double per_token = seconds / steps;
   state.counters["tokens_per_s"] = 1.0 / per_token;
   nb::set_bandwidth_counters(state, weights + kv, per_token, threads);
@@ -119,7 +125,8 @@ void logits_benchmark(benchmark::State& state, std::size_t threads) {
   });
   const double all = nb::median_seconds(3, [&] {
     lm.reset();
-    benchmark::DoNotOptimize(lm.prefill(ids, npullm::batch::output_selection::all_rows()).logits.data());
+    benchmark::DoNotOptimize(
+        lm.prefill(ids, npullm::batch::output_selection::all_rows()).logits.data());
   });
   state.counters["ratio"] = all / last;
 }
@@ -128,15 +135,21 @@ template <class W>
 void register_type(const char* w) {
   for (std::size_t threads : nb::thread_counts()) {
     const std::string t = "/threads:" + std::to_string(threads);
-    benchmark::RegisterBenchmark((std::string("pipeline_prefill/qwen2-0.5b/") + w + "/p512" + t).c_str(),
-                                 prefill_benchmark<W>, threads)
-        ->Unit(benchmark::kMillisecond)->Iterations(3);
-    benchmark::RegisterBenchmark((std::string("pipeline_decode/qwen2-0.5b/") + w + "/after512" + t).c_str(),
-                                 decode_benchmark<W>, threads)
-        ->Unit(benchmark::kMillisecond)->Iterations(1);
-    benchmark::RegisterBenchmark((std::string("pipeline_logits/qwen2-0.5b/") + w + "/p512" + t).c_str(),
-                                 logits_benchmark<W>, threads)
-        ->Unit(benchmark::kMillisecond)->Iterations(2);
+    benchmark::RegisterBenchmark(
+        (std::string("pipeline_prefill/qwen2-0.5b/") + w + "/p512" + t).c_str(),
+        prefill_benchmark<W>, threads)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3);
+    benchmark::RegisterBenchmark(
+        (std::string("pipeline_decode/qwen2-0.5b/") + w + "/after512" + t).c_str(),
+        decode_benchmark<W>, threads)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1);
+    benchmark::RegisterBenchmark(
+        (std::string("pipeline_logits/qwen2-0.5b/") + w + "/p512" + t).c_str(), logits_benchmark<W>,
+        threads)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(2);
   }
 }
 

@@ -21,12 +21,15 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+double since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
 
 void progress(const char* label, std::size_t done, std::size_t total, double seconds) {
   constexpr int width = 40;
   const int filled = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
-  std::printf("\r%-8s [%s%s] %3zu/%zu  %6.1f tokens/s", label, std::string(static_cast<std::size_t>(filled), '#').c_str(),
+  std::printf("\r%-8s [%s%s] %3zu/%zu  %6.1f tokens/s", label,
+              std::string(static_cast<std::size_t>(filled), '#').c_str(),
               std::string(static_cast<std::size_t>(width - filled), '.').c_str(), done, total,
               seconds > 0 ? static_cast<double>(done) / seconds : 0.0);
   std::fflush(stdout);
@@ -40,25 +43,30 @@ int main(int argc, char** argv) {
   const std::size_t prompt_len = 128, new_tokens = 32;
   try {
     if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors")) {
-      std::printf("generating %s (Qwen2-0.5B shapes, bf16, seeded random weights; once)...\n", dir.c_str());
+      std::printf("generating %s (Qwen2-0.5B shapes, bf16, seeded random weights; once)...\n",
+                  dir.c_str());
       const auto t = clock_type::now();
       npullm::model::write_model(dir, npullm::model::preset("qwen2-0.5b", npullm::dtype::bf16));
       std::printf("  done in %.1f s\n", since(t));
     }
     const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
     npullm::thread_pool pool(threads);
-    using config = npullm::model::pipeline_config<npullm::model::block_kv<npullm::bfloat16, 16>,
-                                                  npullm::model::dynamic_attention<>, npullm::bfloat16>;
+    using config =
+        npullm::model::pipeline_config<npullm::model::block_kv<npullm::bfloat16, 16>,
+                                       npullm::model::dynamic_attention<>, npullm::bfloat16>;
     auto t = clock_type::now();
     npullm::model::causal_lm<config> lm(dir, {.max_sequence = 1024, .pool = &pool});
     const auto& c = lm.config();
-    std::printf("model: %s, %zu layers, hidden %zu, %zu/%zu heads, vocab %zu (loaded in %.0f ms, mmap)\n",
-                std::string(npullm::model::to_string(c.family)).c_str(), c.num_hidden_layers, c.hidden_size,
-                c.num_attention_heads, c.num_key_value_heads, c.vocab_size, since(t) * 1e3);
-    std::printf("pipeline: bf16 weights, bf16 KV in blocks of 16, flash attention, %zu threads\n\n", threads);
+    std::printf(
+        "model: %s, %zu layers, hidden %zu, %zu/%zu heads, vocab %zu (loaded in %.0f ms, mmap)\n",
+        std::string(npullm::model::to_string(c.family)).c_str(), c.num_hidden_layers, c.hidden_size,
+        c.num_attention_heads, c.num_key_value_heads, c.vocab_size, since(t) * 1e3);
+    std::printf("pipeline: bf16 weights, bf16 KV in blocks of 16, flash attention, %zu threads\n\n",
+                threads);
 
     std::vector<std::int32_t> prompt(prompt_len);
-    for (std::size_t i = 0; i < prompt_len; ++i) prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % c.vocab_size);
+    for (std::size_t i = 0; i < prompt_len; ++i)
+      prompt[i] = static_cast<std::int32_t>((i * 7919 + 13) % c.vocab_size);
     t = clock_type::now();
     auto out = lm.prefill(prompt);
     const double prefill_s = since(t);
@@ -75,39 +83,43 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < new_tokens; ++i) {
       generated.push_back(next[0]);
       const auto step = lm.decode(next);
-      npullm::ops::argmax(npullm::dense_view<const float, 2>(step.logits.data(), 1, c.vocab_size), next);
+      npullm::ops::argmax(npullm::dense_view<const float, 2>(step.logits.data(), 1, c.vocab_size),
+                          next);
       progress("decode", i + 1, new_tokens, since(t));
     }
     const double decode_s = since(t);
     std::printf("\n");
     std::printf("tokens:  ");
-    for (std::size_t i = 0; i < std::min<std::size_t>(generated.size(), 16); ++i) std::printf("%d ", generated[i]);
+    for (std::size_t i = 0; i < std::min<std::size_t>(generated.size(), 16); ++i)
+      std::printf("%d ", generated[i]);
     std::printf("... (random weights: the ids mean nothing, the work is real)\n\n");
 
     const auto& d = lm.time_spent();
     auto split = [](const char* what, const npullm::model::causal_lm<config>::timings& s) {
       const double total = s.head + s.body + s.tail;
-      std::printf("%-8s head %5.1f%%  body %5.1f%%  tail %5.1f%%  (%.0f ms)\n", what, 100 * s.head / total,
-                  100 * s.body / total, 100 * s.tail / total, total * 1e3);
+      std::printf("%-8s head %5.1f%%  body %5.1f%%  tail %5.1f%%  (%.0f ms)\n", what,
+                  100 * s.head / total, 100 * s.body / total, 100 * s.tail / total, total * 1e3);
     };
     split("prefill", prefill_time);
     split("decode", d);
 
     // Bytes a decode step must read: every weight once (tied embeddings: the LM head) and the KV.
     std::size_t weight_bytes = c.vocab_size * c.hidden_size;  // LM head (= embeddings)
-    weight_bytes += c.num_hidden_layers * (c.hidden_size * (c.q_size() + 2 * c.kv_size()) + c.q_size() * c.hidden_size +
-                                           3 * c.hidden_size * c.intermediate_size);
+    weight_bytes += c.num_hidden_layers *
+                    (c.hidden_size * (c.q_size() + 2 * c.kv_size()) + c.q_size() * c.hidden_size +
+                     3 * c.hidden_size * c.intermediate_size);
     weight_bytes *= sizeof(npullm::bfloat16);
-    const double kv_bytes = 2.0 * static_cast<double>(c.num_hidden_layers * c.kv_size() * sizeof(npullm::bfloat16)) *
-                            (static_cast<double>(prompt_len) + static_cast<double>(new_tokens) / 2);
+    const double kv_bytes =
+        2.0 * static_cast<double>(c.num_hidden_layers * c.kv_size() * sizeof(npullm::bfloat16)) *
+        (static_cast<double>(prompt_len) + static_cast<double>(new_tokens) / 2);
     const double per_token = static_cast<double>(weight_bytes) + kv_bytes;
     const double tps = static_cast<double>(new_tokens) / decode_s;
     std::printf("\ndecode   %.1f tokens/s, %.0f MB read per token\n", tps, per_token / 1e6);
 
     std::puts("\nthis machine's limits (measured now; benchmarks report % of these):");
     const auto lim = npullm::bench::measure_machine_limits(threads, 3);
-    std::printf("  %zu threads: read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n", threads, lim.read_gbps,
-                lim.fma_gflops, lim.bf16_gflops);
+    std::printf("  %zu threads: read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n",
+                threads, lim.read_gbps, lim.fma_gflops, lim.bf16_gflops);
     std::printf("  decode moved %.1f GB/s = %.0f%% of the read bandwidth\n", per_token * tps / 1e9,
                 100.0 * per_token * tps / 1e9 / lim.read_gbps);
   } catch (const npullm::error& e) {
