@@ -36,7 +36,9 @@
 #include "npullm/model/generator.hpp"
 #include "npullm/model/safetensors.hpp"
 
+#include "npullm/batch/generate.hpp"
 #include "npullm/batch/inputs.hpp"
+#include "npullm/batch/sampler.hpp"
 #include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/scorer.hpp"
 #include "npullm/batch/unroll.hpp"

@@ -105,7 +105,8 @@ struct prefill_mode {
 };
 
 struct pipeline_options {
-  std::size_t max_sequence = 2048;  // KV capacity in tokens
+  std::size_t max_sequence = 2048;  // longest sequence (and the rows of a dynamic prefill step)
+  std::size_t kv_capacity = 0;      // KV tokens in the pool (block KV); 0: max_sequence
   prefill_mode prefill = prefill_mode::dynamic();
   std::size_t decode_rows = 8;        // the decode shape: up to this many tokens a step
   const thread_pool* pool = nullptr;  // nullptr: serial
@@ -250,6 +251,74 @@ class causal_lm {
     return out;
   }
 
+  // ---- several sequences at once (block KV): each sequence owns a block table from this
+  // pipeline's pool; a step appends tokens to any number of them in one packed pass (one GEMM
+  // per projection over all their rows, attention per sequence over its own blocks).
+  struct sequence_input {
+    kv::block_table<KvT>* table;        // from new_sequence()
+    std::span<const std::int32_t> ids;  // tokens to append
+  };
+
+  [[nodiscard]] kv::block_table<KvT> new_sequence() requires blocks {
+    return kv::block_table<KvT>(*pool_);
+  }
+  [[nodiscard]] kv::block_pool<KvT>& kv_pool() requires blocks { return *pool_; }
+
+  // Appends each input's tokens to its sequence; returns the logits of each input's last token,
+  // (inputs, vocab). All or nothing: if the pool cannot hold every input's tokens, it throws
+  // capacity_exhausted naming the input and no sequence changes.
+  tensor<float, 2> step_sequences(std::span<const sequence_input> inputs) requires blocks {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_ids(inputs[i].ids);
+      total += inputs[i].ids.size();
+    }
+    if (total > prefill_rows_) {
+      raise(error_code::invalid_shape, "causal_lm: step of ", total, " tokens exceeds the ",
+            prefill_rows_, " rows of a step");
+    }
+    step_state st{{}, 0, {total, 0}, {}, nullptr, {}};
+    std::vector<std::int32_t> ids;
+    ids.reserve(total);
+    std::size_t reserved = 0;
+    try {
+      for (; reserved < inputs.size(); ++reserved) {
+        auto* table = inputs[reserved].table;
+        const std::size_t past = table->length();
+        if (past + inputs[reserved].ids.size() > options_.max_sequence) {
+          raise(error_code::capacity_exhausted, "causal_lm: sequence ", reserved, " would reach ",
+                past + inputs[reserved].ids.size(), " tokens, past max_sequence ",
+                options_.max_sequence);
+        }
+        table->append(inputs[reserved].ids.size());
+        st.packed.push_back({ids.size(), inputs[reserved].ids.size(), past, table});
+        for (std::size_t t = 0; t < inputs[reserved].ids.size(); ++t) {
+          st.positions.push_back(static_cast<std::int64_t>(past + t));
+        }
+        ids.insert(ids.end(), inputs[reserved].ids.begin(), inputs[reserved].ids.end());
+      }
+    } catch (const error& e) {
+      for (std::size_t i = 0; i < reserved; ++i) {
+        inputs[i].table->truncate(st.packed[i].past);
+      }
+      raise(e.code(), "causal_lm: step_sequences: input ", reserved, " of ", inputs.size(), ": ",
+            e.what());
+    }
+    st.ids = ids;
+    backend_.execute(head_, st);
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      backend_.execute(total <= options_.decode_rows ? body_decode_ : body_prefill_,
+                       body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
+    }
+    tensor<float, 2> out =
+        backend_.template allocate<float, 2>({inputs.size(), config_.vocab_size});
+    std::vector<std::size_t> last_rows;
+    for (const segment& g : st.packed) last_rows.push_back(g.begin + g.rows - 1);
+    run_lm_head(last_rows, out.view());
+    backend_.wait();
+    return out;
+  }
+
   // Clears the sequence (returns its blocks / empties the cache) to serve the next.
   void reset() noexcept {
     if constexpr (blocks) {
@@ -297,6 +366,8 @@ class causal_lm {
   // past, no KV kept.
   struct segment {
     std::size_t begin, rows;
+    std::size_t past = 0;  // keys before the segment (0 for an independent sequence)
+    kv::block_table<KvT>* table = nullptr;  // its block table (block KV), or none: nothing stored
   };
   struct step_state {
     std::span<const std::int32_t> ids;
@@ -423,7 +494,9 @@ class causal_lm {
                              config_.head_dim};
     if constexpr (blocks) {
       constexpr std::size_t bs = kv_policy::block_size;
-      pool_.emplace(shape, bs, (options_.max_sequence + bs - 1) / bs);
+      const std::size_t tokens =
+          options_.kv_capacity != 0 ? options_.kv_capacity : options_.max_sequence;
+      pool_.emplace(shape, bs, (tokens + bs - 1) / bs);
       table_.emplace(*pool_);
     } else if constexpr (pyramid) {
       // Variants of past i * q up to the largest past that holds max_sequence.
@@ -563,14 +636,16 @@ class causal_lm {
   }
 
   // Tokens [past, past + n) of one layer as tiles of the cache, for the present step.
-  std::vector<kv::kv_tile<KvT>> past_tiles(std::size_t layer, std::size_t past) const {
+  std::vector<kv::kv_tile<KvT>> past_tiles(std::size_t layer, std::size_t past,
+                                           const kv::block_table<KvT>* seq = nullptr) const {
     std::vector<kv::kv_tile<KvT>> tiles;
     if (past == 0) return tiles;
     if constexpr (blocks) {
       const std::size_t bs = kv_policy::block_size;
       const auto& s = pool_->shape();
+      const auto& table = seq ? *seq : *table_;
       for (std::size_t i = 0; i * bs < past; ++i) {
-        const kv::block_id b = table_->blocks()[i];
+        const kv::block_id b = table.blocks()[i];
         const std::size_t len = std::min(bs, past - i * bs);
         tiles.push_back({kv::make_kv_view(pool_->block(b, layer, kv::kv_part::k).data_handle(),
                                           s.kv_heads, len, s.head_dim, bs * s.head_dim),
@@ -631,10 +706,30 @@ class causal_lm {
         }
       }
       const attention::attention_io io{qh, att, {}, inv_sqrt_d};
-      if (!st.packed.empty()) {  // an independent sequence: its own K/V only, causal
-        const kv::kv_tile<float> present{kh, vh, 0};
-        attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(), &present,
-                                          attention::causal{0}, policy);
+      if (!st.packed.empty()) {
+        if (g.table == nullptr) {  // an independent sequence: its own K/V only, causal
+          const kv::kv_tile<float> present{kh, vh, 0};
+          attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(), &present,
+                                            attention::causal{0}, policy);
+          continue;
+        }
+        if constexpr (blocks) {  // one of several sequences: its own blocks, then its K/V join them
+          auto* table = g.table;
+          const kv::kv_tile<float> present{kh, vh, g.past};
+          const auto past = past_tiles(c.layer, g.past, table);
+          attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
+                                            attention::causal{g.past}, policy);
+          for (std::size_t t = 0; t < g.rows; ++t) {
+            auto ks = table->token_kv(g.past + t, c.layer, kv::kv_part::k);
+            auto vs = table->token_kv(g.past + t, c.layer, kv::kv_part::v);
+            for (std::size_t hh = 0; hh < hkv; ++hh) {
+              for (std::size_t d = 0; d < D; ++d) {
+                ks(hh, d) = from_float<KvT>(kh(hh, t, d));
+                vs(hh, d) = from_float<KvT>(vh(hh, t, d));
+              }
+            }
+          }
+        }
         continue;
       }
       const kv::kv_tile<float> present{kh, vh, st.past};
