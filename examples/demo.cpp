@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "machine_limits.hpp"
+#include "npullm/batch/generate.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/generator.hpp"
 #include "npullm/ops/argmax.hpp"
@@ -116,7 +117,29 @@ int main(int argc, char** argv) {
     const double tps = static_cast<double>(new_tokens) / decode_s;
     std::printf("\ndecode   %.1f tokens/s, %.0f MB read per token\n", tps, per_token / 1e6);
 
-    std::puts("\nthis machine's limits (measured now; benchmarks report % of these):");
+    // Batched generation: several prompts at once (continuous batching, one packed decode step
+    // for all running sequences), tokens/s per batch size.
+    lm.reset();
+    std::puts("\nbatched generation (64-token prompts, 16 new tokens each, greedy):");
+    for (std::size_t batch : {1u, 4u, 8u}) {
+      npullm::batch::generator<decltype(lm)> g(lm, {.max_batch = batch});
+      for (std::size_t b = 0; b < batch; ++b) {
+        npullm::batch::request r;
+        for (std::size_t i = 0; i < 64; ++i)
+          r.prompt.push_back(static_cast<std::int32_t>((b * 104729 + i * 7919 + 5) % c.vocab_size));
+        r.max_new_tokens = 16;
+        g.submit(std::move(r));
+      }
+      std::size_t produced = 0;
+      const std::size_t total = batch * 16;
+      const auto start = clock_type::now();
+      const std::string label = "batch " + std::to_string(batch);
+      g.run([&](std::size_t, std::int32_t, bool) {
+        progress(label.c_str(), ++produced, total, since(start));
+      });
+      std::printf("\n");
+    }
+
     const auto lim = npullm::bench::measure_machine_limits(threads, 3);
     std::printf("  %zu threads: read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s\n",
                 threads, lim.read_gbps, lim.fma_gflops, lim.bf16_gflops);

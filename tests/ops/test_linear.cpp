@@ -52,7 +52,7 @@ void check_linear(std::size_t m, std::size_t k, std::size_t n, bool with_bias, c
 template <class W>
 void sweep() {
   thread_pool pool(3);
-  for (std::size_t m : {1u, 2u, 3u, 7u, 8u, 9u, 17u, 37u}) {
+  for (std::size_t m : {1u, 2u, 3u, 7u, 8u, 9u, 16u, 17u, 37u}) {
     for (std::size_t k : {1u, 17u, 37u, 64u, 100u}) {
       for (std::size_t n : {1u, 17u, 37u, 100u}) {
         check_linear<W>(m, k, n, (m + k) % 2 == 0, serial{}, false);

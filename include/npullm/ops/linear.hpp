@@ -7,8 +7,10 @@
 //                  rows of W at a time); memory-bound, so it runs at the speed W can be read.
 //   M > 8, f32     the packed f32 micro-kernel below (it measured ~89% of the FMA peak where
 //                  Eigen's GEMM, the benchmarks' baseline, measured ~70%).
-//   M > 8, bf16    with AVX-512 BF16: W panels packed as (K/2, 32, 2) pairs, x rounded to bf16
-//                  once, vdpbf16ps micro-kernel of 8 rows x 32 columns with f32 accumulation.
+//   M > 8, bf16    with AVX-512 BF16: x rounded to bf16 once; M <= 16 (K even) reads W in place
+//                  as bf16 pairs with one vdpbf16ps accumulator per row (no packing: small
+//                  batches stream W once); larger M packs W panels as (K/2, 32, 2) pairs for a
+//                  vdpbf16ps micro-kernel of 8 rows x 32 columns; f32 accumulation.
 //                  NOTE: this path multiplies bf16-rounded activations (as bf16 GEMMs do);
 //                  `rounds_activations<bfloat16>()` says whether this build does.
 //   M > 8, f32, f16 (and bf16 without AVX-512 BF16)  W panels converted to f32 while packing,
@@ -229,6 +231,47 @@ inline void micro_bf16(const std::uint32_t* x2, std::size_t ldx2, const std::uin
   }
 }
 
+// 9..16 rows without packing: W rows read in place as bf16 pairs (K even), one dot-product
+// accumulator per row of x, one reduction tree per row of W. Small batches (decode steps of
+// several sequences) stream W once instead of re-packing it every call. (Blocking K so the x
+// rows stay in L1 measured slower: the per-block reductions cost more than the L2 reads.)
+template <std::size_t M>
+void gemv_bf16_dot(const std::uint32_t* x2, std::size_t pairs, const bfloat16* w, std::size_t n0,
+                   std::size_t n1, const float* bias, float* y, std::size_t ldy) {
+  for (std::size_t n = n0; n < n1; ++n) {
+    const std::uint32_t* wr = reinterpret_cast<const std::uint32_t*>(w) + n * pairs;
+    simd::f32x16 acc[simd::lanes];
+    for (auto& a : acc) a = simd::zero();
+    for (std::size_t p = 0; p < pairs; p += simd::lanes) {
+      const auto mask =
+          static_cast<__mmask16>(pairs - p >= simd::lanes ? 0xffffu : (1u << (pairs - p)) - 1u);
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi32(mask, wr + p);
+      for (std::size_t m = 0; m < M; ++m) {
+        const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi32(mask, x2 + m * pairs + p);
+        acc[m].v = _mm512_dpbf16_ps(acc[m].v, xv, wv);
+      }
+    }
+    alignas(64) float out[simd::lanes];
+    simd::store(out, simd::reduce_add16(acc));
+    for (std::size_t m = 0; m < M; ++m) y[m * ldy + n] = out[m] + (bias ? bias[n] : 0.0f);
+  }
+}
+
+inline void gemv_bf16_dot(std::size_t m, const std::uint32_t* x2, std::size_t pairs,
+                          const bfloat16* w, std::size_t n0, std::size_t n1, const float* bias,
+                          float* y, std::size_t ldy) {
+  switch (m) {
+    case 9: return gemv_bf16_dot<9>(x2, pairs, w, n0, n1, bias, y, ldy);
+    case 10: return gemv_bf16_dot<10>(x2, pairs, w, n0, n1, bias, y, ldy);
+    case 11: return gemv_bf16_dot<11>(x2, pairs, w, n0, n1, bias, y, ldy);
+    case 12: return gemv_bf16_dot<12>(x2, pairs, w, n0, n1, bias, y, ldy);
+    case 13: return gemv_bf16_dot<13>(x2, pairs, w, n0, n1, bias, y, ldy);
+    case 14: return gemv_bf16_dot<14>(x2, pairs, w, n0, n1, bias, y, ldy);
+    case 15: return gemv_bf16_dot<15>(x2, pairs, w, n0, n1, bias, y, ldy);
+    default: return gemv_bf16_dot<16>(x2, pairs, w, n0, n1, bias, y, ldy);
+  }
+}
+
 // Packs W rows [n0, n0 + cols) as (K/2, 32, 2) bf16 pairs, zero-padded (K odd: last pair's
 // second half zero).
 inline void pack_bf16(const bfloat16* w, std::size_t k_len, std::size_t n0, std::size_t cols,
@@ -333,6 +376,13 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x,
         const std::uint32_t hi = 2 * p + 1 < k ? bfloat16(xp[i * ldx + 2 * p + 1]).bits() : 0u;
         x2[i * pairs + p] = lo | (hi << 16);
       }
+    }
+    if (m <= 16 && k % 2 == 0) {  // a few rows: no packing, W streamed in place
+      policy.parallel_for(parts, [&](std::size_t p) {
+        const auto [n0, n1] = part_range(p);
+        detail::gemv_bf16_dot(m, x2.data(), pairs, wp, n0, n1, b, yp, ldy);
+      });
+      return;
     }
     policy.parallel_for(parts, [&](std::size_t p) {
       thread_local std::vector<std::uint32_t> panel;
