@@ -43,12 +43,7 @@ struct head_shape {
   }
 };
 
-const npullm::thread_pool& pool_for(std::size_t threads) {
-  static std::map<std::size_t, std::unique_ptr<npullm::thread_pool>> pools;
-  auto& p = pools[threads];
-  if (!p) p = std::make_unique<npullm::thread_pool>(threads);
-  return *p;
-}
+using npullm::bench::pool_for;
 
 void fill_random(float* p, std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -263,9 +258,5 @@ void register_all() {
 
 int main(int argc, char** argv) {
   register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return npullm::bench::run_benchmarks(argc, argv);
 }

@@ -24,12 +24,7 @@ namespace {
 
 namespace nb = npullm::bench;
 
-const npullm::thread_pool& pool_for(std::size_t threads) {
-  static std::map<std::size_t, std::unique_ptr<npullm::thread_pool>> pools;
-  auto& p = pools[threads];
-  if (!p) p = std::make_unique<npullm::thread_pool>(threads);
-  return *p;
-}
+using npullm::bench::pool_for;
 
 template <class W>
 const char* dtype_name() {
@@ -108,9 +103,5 @@ int main(int argc, char** argv) {
   register_type<float>();
   register_type<npullm::bfloat16>();
   register_type<npullm::float16>();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return npullm::bench::run_benchmarks(argc, argv);
 }

@@ -30,12 +30,7 @@ using npullm::model::causal_lm;
 using npullm::model::dynamic_attention;
 using npullm::model::pipeline_config;
 
-const npullm::thread_pool& pool_for(std::size_t threads) {
-  static std::map<std::size_t, std::unique_ptr<npullm::thread_pool>> pools;
-  auto& p = pools[threads];
-  if (!p) p = std::make_unique<npullm::thread_pool>(threads);
-  return *p;
-}
+using npullm::bench::pool_for;
 
 template <class W>
 fs::path model_dir() {
@@ -158,9 +153,5 @@ void register_type(const char* w) {
 int main(int argc, char** argv) {
   register_type<npullm::bfloat16>("bf16");
   register_type<float>("f32");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return npullm::bench::run_benchmarks(argc, argv);
 }

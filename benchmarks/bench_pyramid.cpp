@@ -26,12 +26,7 @@ namespace at = npullm::attention;
 using npullm::kv::kv_part;
 using npullm::kv::kv_tile;
 
-const npullm::thread_pool& pool_for(std::size_t threads) {
-  static std::map<std::size_t, std::unique_ptr<npullm::thread_pool>> pools;
-  auto& p = pools[threads];
-  if (!p) p = std::make_unique<npullm::thread_pool>(threads);
-  return *p;
-}
+using npullm::bench::pool_for;
 
 void pyramid_benchmark(benchmark::State& state, std::size_t capacity, std::size_t fill_pct,
                        bool decode, std::size_t threads) {
@@ -104,9 +99,5 @@ void register_all() {
 
 int main(int argc, char** argv) {
   register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return npullm::bench::run_benchmarks(argc, argv);
 }

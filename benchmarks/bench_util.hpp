@@ -12,6 +12,10 @@
 #include <vector>
 
 #include "machine_limits.hpp"
+#include "npullm/core/parallel.hpp"
+
+#include <map>
+#include <memory>
 
 namespace npullm::bench {
 
@@ -76,6 +80,23 @@ inline void set_flops_counters(benchmark::State& state, double flops, double sec
   const double peak = bf16 && m.bf16_gflops > 0 ? m.bf16_gflops : m.fma_gflops;
   state.counters["pct_peak"] = 100.0 * gflops / peak;
   state.counters["peak_GFLOPs"] = peak;
+}
+
+// One pool per thread count, alive for the whole benchmark process.
+inline const thread_pool& pool_for(std::size_t threads) {
+  static std::map<std::size_t, std::unique_ptr<thread_pool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<thread_pool>(threads);
+  return *p;
+}
+
+// The standard Google Benchmark main, after the benchmarks are registered.
+inline int run_benchmarks(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace npullm::bench

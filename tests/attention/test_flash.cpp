@@ -9,6 +9,8 @@
 //                division rounded to it). The figures are printed.
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -439,16 +441,7 @@ TEST(Flash, LongDecodeMatchesReference) {
   check({1, 65535, 64, 14, 2, mask_kind::causal, source_kind::contiguous, dtype_kind::f16, true});
 }
 
-template <class Fn>
-void expect_error(Fn&& fn, error_code code, const std::string& fragment) {
-  try {
-    fn();
-    FAIL() << "expected npullm::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using npullm::testing::expect_error;
 
 TEST(Flash, BadInputNamesTheShapes) {
   tensor<float, 3> q(6, 2, 64), out(6, 2, 64), q_odd(6, 2, 40), out_odd(6, 2, 40);

@@ -2,6 +2,8 @@
 // reference at every past length, zero-copy inputs, one mask per step, the decode ladder.
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -19,16 +21,7 @@ using npullm::kv::kv_part;
 using npullm::kv::kv_shape;
 using npullm::kv::kv_tile;
 
-template <class Fn>
-void expect_error(Fn&& fn, error_code code, const std::string& fragment) {
-  try {
-    fn();
-    FAIL() << "expected npullm::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using npullm::testing::expect_error;
 
 TEST(PyramidPlan, SelectsTheSmallestVariantAtEveryBoundary) {
   for (std::size_t q : {1u, 4u, 16u}) {

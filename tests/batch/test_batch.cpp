@@ -1,6 +1,8 @@
 // batch_unroll over a batch-1 pipeline and the packed batched scorer.
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -18,13 +20,7 @@ using namespace npullm::batch;
 namespace fs = std::filesystem;
 
 const fs::path& tiny_dir() {
-  static const fs::path d = [] {
-    const fs::path p =
-        fs::temp_directory_path() / ("npullm_batch_tiny_" + std::to_string(::getpid()));
-    model::write_model(p, model::preset("tiny", npullm::dtype::f32, 5));
-    return p;
-  }();
-  return d;
+  return npullm::testing::generated_model("tiny", 5);
 }
 
 using lm_t = model::causal_lm<

@@ -3,6 +3,8 @@
 // (counted), all blocks back at the end, streaming, and request validation.
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -20,13 +22,7 @@ using namespace npullm::batch;
 namespace fs = std::filesystem;
 
 const fs::path& tiny_dir() {
-  static const fs::path d = [] {
-    const fs::path p =
-        fs::temp_directory_path() / ("npullm_gen_tiny_" + std::to_string(::getpid()));
-    model::write_model(p, model::preset("tiny", npullm::dtype::f32, 11));
-    return p;
-  }();
-  return d;
+  return npullm::testing::generated_model("tiny", 11);
 }
 
 using lm_t = model::causal_lm<

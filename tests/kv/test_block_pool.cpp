@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <string>
 
 #include "npullm/kv/block_pool.hpp"
@@ -14,16 +16,7 @@ block_pool<float> make_pool(std::size_t blocks = 4) {
   return {kv_shape{2, 2, 8}, 16, blocks};
 }
 
-template <class Fn>
-void expect_error(Fn&& fn, error_code code, const std::string& fragment) {
-  try {
-    fn();
-    FAIL() << "expected npullm::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using npullm::testing::expect_error;
 
 TEST(BlockPool, AllocateIsAllOrNothing) {
   auto pool = make_pool(4);
