@@ -41,6 +41,7 @@
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/scorer.hpp"
+#include "npullm/batch/speculative.hpp"
 #include "npullm/batch/unroll.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/npu/backend.hpp"

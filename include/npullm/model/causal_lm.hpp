@@ -344,6 +344,10 @@ class causal_lm {
     }
   }
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
+  // The KV of the single-sequence API (contiguous layout): for inspection and tests.
+  [[nodiscard]] const kv::contiguous_cache<KvT>& kv_cache() const requires(!blocks) {
+    return *cache_;
+  }
   [[nodiscard]] backend_type& backend() noexcept { return backend_; }
   [[nodiscard]] const timings& time_spent() const noexcept { return timings_; }
   void reset_timings() noexcept { timings_ = {}; }

@@ -1,0 +1,130 @@
+// Speculative decoding (greedy verification) for one sequence.
+//
+// A draft proposes k tokens after the last accepted one; the target verifies them in one
+// decode pass of k + 1 rows (output-row selection: logits for exactly those rows); the longest
+// prefix on which the target's own greedy choice agrees is accepted, plus the target's next
+// token. The KV of rejected tokens is rolled back (truncate), so the target's KV is what plain
+// decoding would have. The output is exactly plain greedy decoding's, whatever the draft.
+//
+//   draft_source    what a draft is: start(prompt), propose(last, k), rollback(length),
+//                   feed(tokens)
+//   model_draft<LM> a smaller causal_lm (or the target's twin) as the draft
+//
+// Still to come (issue 11): the rejection-sampling rule for sampled decoding, self-speculation
+// from the target's first layers, a draft head fed by pre-norm hidden rows, and use inside the
+// batched generator.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "npullm/batch/output_rows.hpp"
+#include "npullm/core/error.hpp"
+
+namespace npullm::batch {
+
+template <class D>
+concept draft_source = requires(D& d, std::span<const std::int32_t> prompt, std::int32_t last,
+                                std::size_t n) {
+  d.start(prompt);                                                    // the context so far
+  { d.propose(last, n) } -> std::same_as<std::vector<std::int32_t>>;  // n tokens after `last`
+  d.rollback(n);                                                      // keep the first n tokens
+  d.feed(prompt);                                                     // append without proposing
+  { d.length() } -> std::convertible_to<std::size_t>;
+};
+
+// Greedy token of a logits row (first largest).
+inline std::int32_t greedy_token(std::span<const float> logits) {
+  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// A causal_lm as the draft: greedy proposals, KV kept in step with the accepted tokens.
+template <class LM>
+class model_draft {
+ public:
+  explicit model_draft(LM& lm) noexcept : lm_(&lm) {}
+  void start(std::span<const std::int32_t> prompt) {
+    lm_->reset();
+    lm_->prefill(prompt, output_selection::none());
+  }
+  std::vector<std::int32_t> propose(std::int32_t last, std::size_t n) {
+    std::vector<std::int32_t> out;
+    std::int32_t x = last;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::array<std::int32_t, 1> one{x};
+      x = greedy_token(lm_->decode(one).logits_of(0));
+      out.push_back(x);
+    }
+    return out;
+  }
+  void rollback(std::size_t n) { lm_->truncate(n); }
+  [[nodiscard]] std::size_t length() const { return lm_->length(); }
+  // Feeds tokens without proposing (to catch up after all proposals were accepted).
+  void feed(std::span<const std::int32_t> ids) { lm_->decode(ids, output_selection::none()); }
+
+ private:
+  LM* lm_;
+};
+
+struct speculative_stats {
+  std::size_t rounds = 0;
+  std::size_t proposed = 0;
+  std::size_t accepted = 0;
+  [[nodiscard]] double acceptance() const noexcept {
+    return proposed == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(proposed);
+  }
+};
+
+// Greedy speculative decoding of max_new_tokens after prompt with k proposals per round.
+// The target's decode shape must hold k + 1 rows.
+template <class Target, draft_source Draft>
+std::vector<std::int32_t> speculative_generate(Target& target, Draft& draft,
+                                               std::span<const std::int32_t> prompt,
+                                               std::size_t max_new_tokens, std::size_t k,
+                                               speculative_stats* stats = nullptr) {
+  if (k == 0 || max_new_tokens == 0) {
+    raise(error_code::invalid_argument, "speculative_generate: k ", k, " and max_new_tokens ",
+          max_new_tokens, " must be > 0");
+  }
+  target.reset();
+  std::vector<std::int32_t> out;
+  out.push_back(greedy_token(target.prefill(prompt).logits_of(prompt.size() - 1)));
+  draft.start(prompt);
+  speculative_stats local;
+  while (out.size() < max_new_tokens) {
+    const std::size_t base = target.length();  // KV holds prompt + out[0 .. end-1)
+    const std::int32_t last = out.back();
+    const std::vector<std::int32_t> proposal =
+        draft.propose(last, k);  // draft fed last, p0..p(k-2)
+    std::vector<std::int32_t> verify{last};
+    verify.insert(verify.end(), proposal.begin(), proposal.end());
+    const step_output v = target.decode(verify, output_selection::all_rows());
+    std::size_t accepted = 0;
+    while (accepted < k && greedy_token(v.logits_of(accepted)) == proposal[accepted]) ++accepted;
+    // The target keeps last + the accepted proposals; its own next token follows them.
+    target.truncate(base + 1 + accepted);
+    for (std::size_t i = 0; i < accepted && out.size() < max_new_tokens; ++i)
+      out.push_back(proposal[i]);
+    if (out.size() < max_new_tokens) out.push_back(greedy_token(v.logits_of(accepted)));
+    // The draft keeps the same tokens: it has last, p0..p(k-2); all accepted -> feed p(k-1).
+    if (accepted == k) {
+      draft.feed(std::span<const std::int32_t>(&proposal[k - 1], 1));
+    } else {
+      draft.rollback(base + 1 + accepted);
+    }
+    ++local.rounds;
+    local.proposed += k;
+    local.accepted += accepted;
+  }
+  // Both hold the KV of everything but the last output token, as after plain decoding.
+  target.truncate(prompt.size() + out.size() - 1);
+  if (stats) *stats = local;
+  return out;
+}
+
+}  // namespace npullm::batch
