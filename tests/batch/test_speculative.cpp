@@ -125,3 +125,57 @@ TEST(Speculative, BadArguments) {
 }
 
 }  // namespace
+
+namespace {
+
+// The rejection rule keeps the target's distribution: the first emitted token over 40,000
+// rounds against p[0], for a draft q that differs from p (chi-squared, 5 outcomes, 4 degrees
+// of freedom, 0.1% critical value 18.47), and the second token, given the first was accepted,
+// against p[1].
+TEST(Speculative, RejectionSamplingKeepsTheTargetDistribution) {
+  using dist = std::vector<double>;
+  const std::vector<dist> p = {
+      {0.1, 0.4, 0.2, 0.25, 0.05}, {0.3, 0.1, 0.1, 0.2, 0.3}, {0.2, 0.2, 0.2, 0.2, 0.2}};
+  const std::vector<dist> q = {{0.5, 0.1, 0.1, 0.1, 0.2}, {0.05, 0.05, 0.6, 0.2, 0.1}};
+  sampler draw({.temperature = 1.0f}, 1), rng({.temperature = 1.0f}, 2);
+  std::vector<double> first(5, 0.0), second(5, 0.0);
+  double second_total = 0;
+  const int rounds = 40000;
+  for (int r = 0; r < rounds; ++r) {
+    const std::int32_t d0 = draw.sample_from(q[0]), d1 = draw.sample_from(q[1]);
+    const std::vector<std::int32_t> draft = {d0, d1};
+    const auto out = verify_sampled(p, q, draft, rng);
+    first[static_cast<std::size_t>(out[0])] += 1;
+    if (out.size() >= 2) {
+      second[static_cast<std::size_t>(out[1])] += 1;
+      second_total += 1;
+    }
+  }
+  auto chi2 = [](const std::vector<double>& count, const dist& prob, double n) {
+    double c = 0;
+    for (std::size_t i = 0; i < count.size(); ++i)
+      c += (count[i] - n * prob[i]) * (count[i] - n * prob[i]) / (n * prob[i]);
+    return c;
+  };
+  EXPECT_LT(chi2(first, p[0], rounds), 18.47);
+  EXPECT_LT(chi2(second, p[1], second_total), 18.47);
+  // Same draft and target: everything is accepted.
+  std::size_t accepted = 0;
+  const std::vector<std::int32_t> draft = {1, 3};
+  (void)verify_sampled(p, std::vector<dist>{p[0], p[1]}, draft, rng, &accepted);
+  EXPECT_EQ(accepted, 2u);
+}
+
+TEST(Sampler, DistributionMatchesSampling) {
+  const std::vector<float> logits = {0.0f, 2.0f, 1.0f, -1.0f};
+  sampler s({.temperature = 0.8f, .top_k = 3}, 4);
+  const auto p = s.distribution(logits);
+  EXPECT_EQ(p[3], 0.0);  // outside the top 3
+  double sum = 0;
+  for (double v : p) sum += v;
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  EXPECT_NEAR(p[1] / p[2], std::exp(1.0 / static_cast<double>(0.8f)), 1e-9);  // T is the float 0.8f
+  EXPECT_EQ(sampler({}, 0).distribution(logits)[1], 1.0);                     // greedy
+}
+
+}  // namespace

@@ -10,7 +10,8 @@
 //                   feed(tokens)
 //   model_draft<LM> a smaller causal_lm (or the target's twin) as the draft
 //
-// Still to come (issue 11): the rejection-sampling rule for sampled decoding, self-speculation
+// verify_sampled is the rejection-sampling rule for sampled decoding, on explicit
+// distributions. Still to come (issue 11): the sampled loop over two pipelines, self-speculation
 // from the target's first layers, a draft head fed by pre-norm hidden rows, and use inside the
 // batched generator.
 #pragma once
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "npullm/batch/output_rows.hpp"
+#include "npullm/batch/sampler.hpp"
 #include "npullm/core/error.hpp"
 
 namespace npullm::batch {
@@ -79,6 +81,40 @@ struct speculative_stats {
     return proposed == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(proposed);
   }
 };
+
+// The rejection-sampling rule of sampled speculative decoding, on explicit distributions:
+// draft token i (drawn from q[i]) is accepted with probability min(1, p[i](x) / q[i](x)); at
+// the first rejection a token is drawn from normalize(max(0, p[i] - q[i])) and the round ends;
+// when every draft token is accepted one more is drawn from p[k]. The tokens it returns are
+// distributed exactly as the target's p (the classic result; tested by chi-squared).
+//   p: k + 1 target distributions, q: k draft distributions, draft: the k draft tokens.
+inline std::vector<std::int32_t> verify_sampled(std::span<const std::vector<double>> p,
+                                                std::span<const std::vector<double>> q,
+                                                std::span<const std::int32_t> draft, sampler& rng,
+                                                std::size_t* accepted = nullptr) {
+  if (p.size() != draft.size() + 1 || q.size() != draft.size()) {
+    raise(error_code::invalid_shape, "verify_sampled: ", p.size(), " target and ", q.size(),
+          " draft distributions for ", draft.size(), " draft tokens");
+  }
+  std::vector<std::int32_t> out;
+  for (std::size_t i = 0; i < draft.size(); ++i) {
+    const auto x = static_cast<std::size_t>(draft[i]);
+    const double px = p[i][x], qx = q[i][x];
+    if (qx > 0 && rng.uniform() < std::min(1.0, px / qx)) {
+      out.push_back(draft[i]);
+      continue;
+    }
+    std::vector<double> residual(p[i].size());
+    for (std::size_t t = 0; t < residual.size(); ++t)
+      residual[t] = std::max(0.0, p[i][t] - q[i][t]);
+    out.push_back(rng.sample_from(residual));
+    if (accepted) *accepted = i;
+    return out;
+  }
+  out.push_back(rng.sample_from(p[draft.size()]));
+  if (accepted) *accepted = draft.size();
+  return out;
+}
 
 // Greedy speculative decoding of max_new_tokens after prompt with k proposals per round.
 // The target's decode shape must hold k + 1 rows.
