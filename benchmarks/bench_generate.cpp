@@ -27,10 +27,7 @@ using lm_t = npullm::model::causal_lm<
 lm_t& pipeline() {
   static const npullm::thread_pool pool(nb::all_threads());
   static std::unique_ptr<lm_t> lm = [] {
-    const fs::path dir = "models/qwen2-0.5b-bf16";
-    if (!fs::exists(dir / "model.safetensors")) {
-      npullm::model::write_model(dir, npullm::model::preset("qwen2-0.5b", npullm::dtype::bf16));
-    }
+    const fs::path dir = nb::generated_model("qwen2-0.5b", npullm::dtype::bf16);
     return std::make_unique<lm_t>(
         dir, npullm::model::pipeline_options{
                  .max_sequence = 1024, .kv_capacity = 64 * 272, .pool = &pool});

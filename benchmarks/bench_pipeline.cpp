@@ -34,13 +34,8 @@ using npullm::bench::pool_for;
 
 template <class W>
 fs::path model_dir() {
-  const bool bf16 = std::is_same_v<W, npullm::bfloat16>;
-  const fs::path dir = bf16 ? "models/qwen2-0.5b-bf16" : "models/qwen2-0.5b-f32";
-  if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors")) {
-    npullm::model::write_model(
-        dir, npullm::model::preset("qwen2-0.5b", bf16 ? npullm::dtype::bf16 : npullm::dtype::f32));
-  }
-  return dir;
+  return nb::generated_model(
+      "qwen2-0.5b", std::is_same_v<W, npullm::bfloat16> ? npullm::dtype::bf16 : npullm::dtype::f32);
 }
 
 std::vector<std::int32_t> tokens(std::size_t n, std::size_t vocab) {

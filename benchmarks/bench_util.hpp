@@ -13,6 +13,9 @@
 
 #include "machine_limits.hpp"
 #include "npullm/core/parallel.hpp"
+#include "npullm/model/generator.hpp"
+
+#include <filesystem>
 
 #include <map>
 #include <memory>
@@ -88,6 +91,16 @@ inline const thread_pool& pool_for(std::size_t threads) {
   auto& p = pools[threads];
   if (!p) p = std::make_unique<thread_pool>(threads);
   return *p;
+}
+
+// A generated model under models/ (written once, then reused by every benchmark run).
+inline std::filesystem::path generated_model(const std::string& preset, npullm::dtype weights) {
+  const std::filesystem::path dir = "models/" + preset + "-" + std::string(to_string(weights));
+  if (!std::filesystem::exists(dir / "config.json") ||
+      !std::filesystem::exists(dir / "model.safetensors")) {
+    model::write_model(dir, model::preset(preset, weights));
+  }
+  return dir;
 }
 
 // The standard Google Benchmark main, after the benchmarks are registered.

@@ -46,46 +46,8 @@ class sampler {
       return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
                                        logits.begin());
     }
-    // Candidates: the top-k by logit (ties by id), as (id, logit).
-    std::vector<std::int32_t> ids(logits.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    auto better = [&](std::int32_t a, std::int32_t b) {
-      return logits[static_cast<std::size_t>(a)] > logits[static_cast<std::size_t>(b)] ||
-             (logits[static_cast<std::size_t>(a)] == logits[static_cast<std::size_t>(b)] && a < b);
-    };
-    const std::size_t k = config_.top_k == 0 ? ids.size() : std::min(config_.top_k, ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), better);
-    ids.resize(k);
-    // Probabilities in double: softmax(logit / T) over the candidates.
-    const double top = logits[static_cast<std::size_t>(ids[0])];
-    std::vector<double> p(k);
-    double sum = 0;
-    for (std::size_t i = 0; i < k; ++i) {
-      p[i] = std::exp((logits[static_cast<std::size_t>(ids[i])] - top) /
-                      static_cast<double>(config_.temperature));
-      sum += p[i];
-    }
-    // Top-p: the shortest prefix (by probability) that reaches p.
-    std::size_t keep = k;
-    if (config_.top_p < 1.0f) {
-      double acc = 0;
-      for (std::size_t i = 0; i < k; ++i) {
-        acc += p[i] / sum;
-        if (acc >= static_cast<double>(config_.top_p)) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    double total = 0;
-    for (std::size_t i = 0; i < keep; ++i) total += p[i];
-    const double u = uniform() * total;
-    double acc = 0;
-    for (std::size_t i = 0; i < keep; ++i) {
-      acc += p[i];
-      if (u < acc) return ids[i];
-    }
-    return ids[keep - 1];
+    const std::vector<double> p = distribution(logits);
+    return sample_from(p);
   }
 
   // The distribution sample() draws from: probabilities over every token (0 outside top-k /
