@@ -179,3 +179,28 @@ TEST(Sampler, DistributionMatchesSampling) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Speculative, SampledOverTwoPipelines) {
+  const auto& dir = npullm::testing::generated_model("tiny", 21);
+  const auto p = prompt();
+  const sampler_config cfg{.temperature = 0.8f, .top_k = 50};
+  lm_t target(dir, {.max_sequence = 128, .decode_rows = 8});
+  lm_t twin(dir, {.max_sequence = 128, .decode_rows = 8});
+  lm_t small(one_layer_dir(), {.max_sequence = 128, .decode_rows = 8});
+  speculative_stats with_twin, with_small;
+  const auto a = speculative_generate_sampled(target, twin, p, 24, 3, cfg, 7, &with_twin);
+  EXPECT_EQ(a.size(), 24u);
+  EXPECT_EQ(target.length(), p.size() + a.size() - 1);  // KV of everything but the last token
+  for (auto t : a) EXPECT_TRUE(t >= 0 && t < 512);
+  // The twin proposes from (almost exactly) the target's distribution: nearly all accepted.
+  EXPECT_GE(with_twin.acceptance(), 0.9);
+  const auto b = speculative_generate_sampled(target, small, p, 24, 3, cfg, 7, &with_small);
+  EXPECT_EQ(b.size(), 24u);
+  EXPECT_LT(with_small.acceptance(), with_twin.acceptance());
+  // Deterministic for a seed.
+  EXPECT_EQ(speculative_generate_sampled(target, twin, p, 24, 3, cfg, 7), a);
+}
+
+}  // namespace

@@ -11,9 +11,9 @@
 //   model_draft<LM> a smaller causal_lm (or the target's twin) as the draft
 //
 // verify_sampled is the rejection-sampling rule for sampled decoding, on explicit
-// distributions. Still to come (issue 11): the sampled loop over two pipelines, self-speculation
-// from the target's first layers, a draft head fed by pre-norm hidden rows, and use inside the
-// batched generator.
+// distributions; speculative_generate_sampled runs it over two pipelines. Still to come
+// (issue 11): self-speculation from the target's first layers, a draft head fed by pre-norm
+// hidden rows, and use inside the batched generator.
 #pragma once
 
 #include <algorithm>
@@ -158,6 +158,63 @@ std::vector<std::int32_t> speculative_generate(Target& target, Draft& draft,
     local.accepted += accepted;
   }
   // Both hold the KV of everything but the last output token, as after plain decoding.
+  target.truncate(prompt.size() + out.size() - 1);
+  if (stats) *stats = local;
+  return out;
+}
+
+// Sampled speculative decoding over two pipelines: the draft samples k tokens with its own
+// sampler (keeping their distributions q), the target's distributions p for the k + 1 rows come
+// from one decode pass, and verify_sampled accepts or resamples; rejected KV is rolled back on
+// both sides. Each output token is distributed as the target's sampler would draw it.
+template <class Target, class DraftLM>
+std::vector<std::int32_t> speculative_generate_sampled(Target& target, DraftLM& draft,
+                                                       std::span<const std::int32_t> prompt,
+                                                       std::size_t max_new_tokens, std::size_t k,
+                                                       const sampler_config& config,
+                                                       std::uint64_t seed,
+                                                       speculative_stats* stats = nullptr) {
+  if (k == 0 || max_new_tokens == 0) {
+    raise(error_code::invalid_argument, "speculative_generate_sampled: k ", k,
+          " and max_new_tokens ", max_new_tokens, " must be > 0");
+  }
+  sampler target_rng(config, seed), draft_rng(config, seed ^ 0x9e3779b97f4a7c15ull);
+  target.reset();
+  std::vector<std::int32_t> out{
+      target_rng.sample(target.prefill(prompt).logits_of(prompt.size() - 1))};
+  draft.reset();
+  draft.prefill(prompt, output_selection::none());
+  speculative_stats local;
+  while (out.size() < max_new_tokens) {
+    const std::size_t base = target.length();
+    std::vector<std::int32_t> proposal;
+    std::vector<std::vector<double>> q, p;
+    std::int32_t x = out.back();
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::array<std::int32_t, 1> one{x};
+      q.push_back(draft_rng.distribution(draft.decode(one).logits_of(0)));
+      x = draft_rng.sample_from(q.back());
+      proposal.push_back(x);
+    }
+    std::vector<std::int32_t> verify{out.back()};
+    verify.insert(verify.end(), proposal.begin(), proposal.end());
+    const step_output v = target.decode(verify, output_selection::all_rows());
+    for (std::size_t i = 0; i <= k; ++i) p.push_back(target_rng.distribution(v.logits_of(i)));
+    std::size_t accepted = 0;
+    const std::vector<std::int32_t> tokens = verify_sampled(p, q, proposal, target_rng, &accepted);
+    target.truncate(base + 1 + accepted);
+    if (accepted == k) {
+      draft.decode(std::span<const std::int32_t>(&proposal[k - 1], 1), output_selection::none());
+    } else {
+      draft.truncate(base + 1 + accepted);
+    }
+    for (std::int32_t t : tokens) {
+      if (out.size() < max_new_tokens) out.push_back(t);
+    }
+    ++local.rounds;
+    local.proposed += k;
+    local.accepted += accepted;
+  }
   target.truncate(prompt.size() + out.size() - 1);
   if (stats) *stats = local;
   return out;
