@@ -93,13 +93,10 @@ inline const thread_pool& pool_for(std::size_t threads) {
   return *p;
 }
 
-// A generated model under models/ (written once, then reused by every benchmark run).
+// A generated model under models/ (written once per generator version, then reused).
 inline std::filesystem::path generated_model(const std::string& preset, npullm::dtype weights) {
   const std::filesystem::path dir = "models/" + preset + "-" + std::string(to_string(weights));
-  if (!std::filesystem::exists(dir / "config.json") ||
-      !std::filesystem::exists(dir / "model.safetensors")) {
-    model::write_model(dir, model::preset(preset, weights));
-  }
+  model::ensure_model(dir, model::preset(preset, weights));
   return dir;
 }
 

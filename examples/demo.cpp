@@ -43,12 +43,14 @@ int main(int argc, char** argv) {
   const fs::path dir = argc > 1 ? fs::path(argv[1]) : fs::path("models/qwen2-0.5b-bf16");
   const std::size_t prompt_len = 128, new_tokens = 32;
   try {
-    if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors")) {
-      std::printf("generating %s (Qwen2-0.5B shapes, bf16, seeded random weights; once)...\n",
-                  dir.c_str());
+    {
       const auto t = clock_type::now();
-      npullm::model::write_model(dir, npullm::model::preset("qwen2-0.5b", npullm::dtype::bf16));
-      std::printf("  done in %.1f s\n", since(t));
+      if (npullm::model::ensure_model(dir,
+                                      npullm::model::preset("qwen2-0.5b", npullm::dtype::bf16))) {
+        std::printf(
+            "generated %s (Qwen2-0.5B shapes, bf16, seeded random weights; once) in %.1f s\n",
+            dir.c_str(), since(t));
+      }
     }
     const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
     npullm::thread_pool pool(threads);

@@ -63,10 +63,7 @@ int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   const fs::path dir = argc > 1 ? fs::path(argv[1]) : fs::path("models/qwen2-0.5b-bf16");
   try {
-    if (!fs::exists(dir / "model.safetensors")) {
-      std::printf("generating %s once...\n", dir.c_str());
-      npullm::model::write_model(dir, npullm::model::preset("qwen2-0.5b", npullm::dtype::bf16));
-    }
+    npullm::model::ensure_model(dir, npullm::model::preset("qwen2-0.5b", npullm::dtype::bf16));
     npullm::thread_pool pool(std::max(1u, std::thread::hardware_concurrency()));
     using config =
         npullm::model::pipeline_config<npullm::model::contiguous_kv<npullm::bfloat16>,

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "npullm/model/config.hpp"
@@ -73,6 +76,22 @@ void expect_error(const std::string& json, error_code code, const std::string& f
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
   }
+}
+
+TEST(Config, EnsureModelWritesOnlyWhenStale) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("npullm_ensure_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto spec = preset("tiny", npullm::dtype::f32);
+  EXPECT_TRUE(ensure_model(dir, spec));   // missing: written
+  EXPECT_FALSE(ensure_model(dir, spec));  // up to date: kept
+  {
+    std::ofstream out(dir / "config.json");
+    out << R"({"model_type":"qwen2"})";  // an older generator's: no version
+  }
+  EXPECT_TRUE(ensure_model(dir, spec));
+  EXPECT_EQ(load_config(dir).hidden_size, 128u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Config, Errors) {

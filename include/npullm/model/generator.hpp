@@ -11,7 +11,7 @@
 // Every tensor has its own random stream (seeded by the spec's seed and the tensor's name),
 // so its values do not depend on what else is written. Scales keep activations in a realistic
 // range: projections N(0, 1/sqrt(fan_in)) (output projections also / sqrt(2 layers)), layer
-// norm weights 1 + N(0, 0.05), biases N(0, 0.02), embeddings N(0, 0.1)
+// norm weights 1 + N(0, 0.05), biases N(0, 0.02), embeddings N(0, 0.5 / sqrt(hidden))
 // (small beside what the layers add, so a model does not just repeat its input token), and
 // the final norm weight scaled so logits have a standard deviation of about 4.
 #pragma once
@@ -138,7 +138,7 @@ inline std::pair<double, double> init_of(std::string_view name,
   auto ends = [&](std::string_view suffix) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
-  constexpr double embed_std = 0.1;
+  const double embed_std = 0.5 / std::sqrt(static_cast<double>(c.hidden_size));
   if (name == "model.norm.weight") {
     // Logits = E . (normed h * w): w sets their scale; std(logits) ~ embed_std sqrt(hidden) w.
     const double w = 4.0 / (embed_std * std::sqrt(static_cast<double>(c.hidden_size)));
@@ -174,6 +174,9 @@ void write_values(std::ofstream& out, std::size_t count, double mean, double std
 
 }  // namespace detail
 
+// Bumped whenever the generator's values change, so cached models are written again.
+inline constexpr int generator_version = 3;
+
 inline nlohmann::json config_json(const model_config& c) {
   nlohmann::json j;
   const bool qwen = c.family == model_family::qwen2;
@@ -195,6 +198,7 @@ inline nlohmann::json config_json(const model_config& c) {
                      : c.torch_dtype == npullm::dtype::f16 ? "float16"
                                                            : "bfloat16";
   j["hidden_act"] = "silu";
+  j["npullm_generator_version"] = generator_version;
   return j;
 }
 
@@ -255,6 +259,22 @@ inline void write_model(const std::filesystem::path& dir, const model_spec& spec
     if (!out) raise(error_code::io, "writing ", cfg_tmp.string(), " failed");
   }
   fs::rename(cfg_tmp, dir / "config.json");
+}
+
+// Writes the model into dir unless an up-to-date one (same generator version) is there.
+// Returns true when it wrote one.
+inline bool ensure_model(const std::filesystem::path& dir, const model_spec& spec) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "config.json")) {
+    std::ifstream in(dir / "config.json");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded() && j.is_object() &&
+        j.value("npullm_generator_version", 0) == generator_version) {
+      return false;
+    }
+  }
+  write_model(dir, spec);
+  return true;
 }
 
 }  // namespace npullm::model
