@@ -11,7 +11,7 @@
 // Every tensor has its own random stream (seeded by the spec's seed and the tensor's name),
 // so its values do not depend on what else is written. Scales keep activations in a realistic
 // range: projections N(0, 1/sqrt(fan_in)) (output projections also / sqrt(2 layers)), layer
-// norm weights 1 + N(0, 0.05), biases N(0, 0.02), embeddings N(0, 0.5 / sqrt(hidden))
+// norm weights 1 + N(0, 0.05), biases N(0, 0.02), embeddings N(0, 0.1)
 // (small beside what the layers add, so a model does not just repeat its input token), and
 // the final norm weight scaled so logits have a standard deviation of about 4.
 #pragma once
@@ -138,7 +138,7 @@ inline std::pair<double, double> init_of(std::string_view name,
   auto ends = [&](std::string_view suffix) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
-  const double embed_std = 0.5 / std::sqrt(static_cast<double>(c.hidden_size));
+  constexpr double embed_std = 0.1;
   if (name == "model.norm.weight") {
     // Logits = E . (normed h * w): w sets their scale; std(logits) ~ embed_std sqrt(hidden) w.
     const double w = 4.0 / (embed_std * std::sqrt(static_cast<double>(c.hidden_size)));
