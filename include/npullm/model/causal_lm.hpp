@@ -197,15 +197,23 @@ class causal_lm {
   }
 
   // One or a few tokens after the current sequence (decode_rows at most).
+  //
+  // layers < num_hidden_layers is an early exit (self-speculation's draft): only the first
+  // `layers` decoder layers run, then the final norm and LM head. The step's positions are
+  // appended with K/V written for those layers only; the layers above keep stale values there,
+  // so the caller truncates them away and a full pass rewrites them (the first layers' K/V of
+  // a token do not depend on the layers above, so they equal the full model's).
   batch::step_output decode(std::span<const std::int32_t> ids,
-                            const batch::output_selection& sel = batch::output_selection::last()) {
+                            const batch::output_selection& sel = batch::output_selection::last(),
+                            std::size_t layers = all_layers) {
     check_ids(ids);
+    check_layers(layers);
     if (ids.size() > options_.decode_rows) {
       raise(error_code::invalid_shape, "causal_lm: decode of ", ids.size(),
             " tokens exceeds the decode shape of ", options_.decode_rows, " rows");
     }
     auto out = make_output(sel, ids.size());
-    run_step(ids, 0, slots{ids.size(), 0}, body_decode_, out);
+    run_step(ids, 0, slots{ids.size(), 0}, body_decode_, out, layers);
     return out;
   }
 
@@ -268,15 +276,31 @@ class causal_lm {
   // (inputs, vocab). All or nothing: if the pool cannot hold every input's tokens, it throws
   // capacity_exhausted naming the input and no sequence changes.
   tensor<float, 2> step_sequences(std::span<const sequence_input> inputs) requires blocks {
+    std::vector<std::size_t> last_rows;
+    std::size_t end = 0;
+    for (const sequence_input& in : inputs) last_rows.push_back((end += in.ids.size()) - 1);
+    return step_sequences(inputs, batch::output_selection().logits_for(std::move(last_rows)))
+        .logits;
+  }
+
+  // The same step with any rows: `sel` indexes the packed step (input 0's tokens, then input
+  // 1's, ...) for logits and, separately, for pre-norm hidden rows; `layers` is decode()'s
+  // early exit. Speculative verification asks for every row of each input (and the hidden rows
+  // a draft head needs); a self-speculation draft step for each input's last row.
+  batch::step_output step_sequences(std::span<const sequence_input> inputs,
+                                    const batch::output_selection& sel,
+                                    std::size_t layers = all_layers) requires blocks {
     std::size_t total = 0;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       check_ids(inputs[i].ids);
       total += inputs[i].ids.size();
     }
+    check_layers(layers);
     if (total > prefill_rows_) {
       raise(error_code::invalid_shape, "causal_lm: step of ", total, " tokens exceeds the ",
             prefill_rows_, " rows of a step");
     }
+    auto out = make_output(sel, total);  // checks the rows before any sequence changes
     step_state st{{}, 0, {total, 0}, {}, nullptr, {}};
     std::vector<std::int32_t> ids;
     ids.reserve(total);
@@ -306,15 +330,15 @@ class causal_lm {
     }
     st.ids = ids;
     backend_.execute(head_, st);
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
+    for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
       backend_.execute(total <= options_.decode_rows ? body_decode_ : body_prefill_,
                        body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
     }
-    tensor<float, 2> out =
-        backend_.template allocate<float, 2>({inputs.size(), config_.vocab_size});
-    std::vector<std::size_t> last_rows;
-    for (const segment& g : st.packed) last_rows.push_back(g.begin + g.rows - 1);
-    run_lm_head(last_rows, out.view());
+    for (std::size_t i = 0; i < out.hidden_rows.size(); ++i) {  // pre-norm, as they are
+      std::copy_n(&x_.view()(out.hidden_rows[i], 0), config_.hidden_size,
+                  &out.hidden.view()(i, 0));
+    }
+    run_lm_head(out.logit_rows, out.logits.view());
     backend_.wait();
     return out;
   }
@@ -352,6 +376,11 @@ class causal_lm {
   [[nodiscard]] const timings& time_spent() const noexcept { return timings_; }
   void reset_timings() noexcept { timings_ = {}; }
   [[nodiscard]] std::size_t capacity() const noexcept { return options_.max_sequence; }
+  // The most tokens one decode() takes, and one step_sequences() call.
+  [[nodiscard]] std::size_t decode_rows() const noexcept { return options_.decode_rows; }
+  [[nodiscard]] std::size_t step_rows() const noexcept { return prefill_rows_; }
+  // decode()'s default: every decoder layer.
+  static constexpr std::size_t all_layers = std::numeric_limits<std::size_t>::max();
 
  private:
   struct layer_weights {
@@ -539,6 +568,12 @@ class causal_lm {
       }
     }
   }
+  void check_layers(std::size_t layers) const {
+    if (layers != all_layers && layers > layers_.size()) {
+      raise(error_code::invalid_argument, "causal_lm: a step through ", layers,
+            " layers; the model has ", layers_.size());
+    }
+  }
   void check_capacity(std::size_t n) const {
     if (length() + n > options_.max_sequence) {
       raise(error_code::capacity_exhausted, "causal_lm: KV cache is full: ", length(), " + ", n,
@@ -559,7 +594,7 @@ class causal_lm {
 
   template <class Body>
   void run_step(std::span<const std::int32_t> ids, std::size_t token_offset, slots s,
-                const Body& body, batch::step_output& out) {
+                const Body& body, batch::step_output& out, std::size_t layers = all_layers) {
     const std::size_t n = ids.size();
     check_capacity(n);
     step_state st{ids, length(), s, std::vector<std::int64_t>(s.rows, 0), nullptr};
@@ -608,7 +643,7 @@ class causal_lm {
     };
     backend_.execute(head_, st);
     lap(timings_.head);
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
+    for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
       backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
     }
     lap(timings_.body);
