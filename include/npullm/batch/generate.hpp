@@ -16,6 +16,20 @@
 // (Numerically, batching changes only the summation order of f32 GEMMs; greedy and sampled
 // choices agree unless two candidates are within that rounding of each other.)
 //
+// Speculative decoding (generator<LM, Draft>, options.draft_tokens = k; see speculative.hpp):
+// each decode step first asks the draft for up to k tokens per sequence (propose_batch, or
+// propose per sequence), then verifies every sequence's proposals in one packed pass of
+// (proposals + 1) rows per sequence, with logits for exactly those rows (and their pre-norm
+// hidden rows for a draft head). Each sequence accepts its own count (greedy: the agreeing
+// prefix; sampled: verify_sampled with its own sampler) plus the target's next token, and its
+// table is truncated to the verified tokens: its KV is what plain decoding leaves, and greedy
+// output is plain batched greedy decoding's. When blocks run short the proposals go first (a
+// plain step), then the newest sequence as above.
+//
+// A sequence that finishes or is preempted registers the full blocks of its verified tokens in
+// the prefix cache (a follow-up prompt or the recompute reuses them); proposals never get there,
+// the rollback has removed them before.
+//
 // Not thread-safe: one generator per thread.
 #pragma once
 
@@ -24,11 +38,15 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <vector>
 
+#include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/sampler.hpp"
+#include "npullm/batch/speculative.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/kv/prefix_cache.hpp"
 
@@ -55,6 +73,7 @@ using token_callback = std::function<void(std::size_t, std::int32_t, bool)>;
 struct generator_options {
   std::size_t max_batch = 16;  // running sequences at most
   bool prefix_cache = true;
+  std::size_t draft_tokens = 0;  // k: proposals per sequence a step (with a draft); 0 without
 };
 
 struct generator_stats {
@@ -63,18 +82,39 @@ struct generator_stats {
   std::size_t reused_tokens = 0;   // prompt tokens taken from the prefix cache
   std::size_t preemptions = 0;
   std::size_t max_running = 0;
+  std::size_t proposed = 0;  // draft tokens verified
+  std::size_t accepted = 0;  // draft tokens accepted
 };
 
-template <class LM>
+// generator<LM>: plain decoding, no draft.
+struct no_draft {};
+
+namespace detail {
+template <class Table>
+struct prefix_cache_for;
+template <class T, class Allocator>
+struct prefix_cache_for<kv::block_table<T, Allocator>> {
+  using type = kv::prefix_cache<T, Allocator>;
+};
+}  // namespace detail
+
+template <class LM, class Draft = no_draft>
 class generator {
+  static constexpr bool speculative = !std::is_same_v<Draft, no_draft>;
+  static constexpr bool hidden_wanted = draft_wants_hidden<Draft>;
   using kv_type = typename LM::KvT;
-  using table_type = kv::block_table<kv_type>;
+  // The pipeline's block table (whatever allocator its pool uses) and the prefix cache over it.
+  using table_type = std::remove_pointer_t<decltype(LM::sequence_input::table)>;
+  using cache_type = typename detail::prefix_cache_for<table_type>::type;
 
  public:
-  explicit generator(LM& lm, generator_options options = {}) : lm_(&lm), options_(options) {
-    if (options.max_batch == 0) raise(error_code::invalid_argument, "generator: max_batch 0");
-    if (options.prefix_cache) cache_.emplace(lm.kv_pool());
-  }
+  explicit generator(LM& lm, generator_options options = {})
+    requires(!speculative)
+      : generator(lm, nullptr, options) {}
+  // Speculative decoding with `draft` (options.draft_tokens >= 1); the draft must outlive this.
+  generator(LM& lm, Draft& draft, generator_options options)
+    requires speculative
+      : generator(lm, &draft, options) {}
   generator(const generator&) = delete;
   generator& operator=(const generator&) = delete;
 
@@ -101,8 +141,12 @@ class generator {
       reject("prompt of ", r.prompt.size(), " + ", r.max_new_tokens,
              " new tokens exceeds max_sequence ", lm_->capacity());
     }
-    state s{std::move(r), sampler(sampler_config{}, 0), {}, {}};
-    s.rng = sampler(s.req.sampling, s.req.seed);
+    if constexpr (requires { draft_->check(vocab, std::size_t{}); }) {
+      draft_->check(vocab, r.prompt.size() + r.max_new_tokens - 1);
+    }
+    sampler rng(r.sampling, r.seed), draft_rng(r.sampling, r.seed ^ 0x9e3779b97f4a7c15ull);
+    state s{std::move(r), rng, draft_rng, {}, {}, 0, {}};
+    s.context = s.req.prompt;
     requests_.push_back(std::move(s));
     waiting_.push_back(id);
     return id;
@@ -122,23 +166,53 @@ class generator {
   [[nodiscard]] const generator_stats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t running() const noexcept { return running_.size(); }
   [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.size(); }
+  // The prefix cache (null without one): what later prompts can reuse.
+  [[nodiscard]] const cache_type* cached_prefixes() const noexcept {
+    return cache_ ? &*cache_ : nullptr;
+  }
 
  private:
   struct state {
     request req;
     sampler rng;
+    sampler draft_rng;  // a sampled request's draft proposals
     generation out;
-    std::int32_t pending = 0;  // sampled, not yet fed to the model
+    std::vector<std::int32_t> context;  // prompt + generated tokens
+    std::int32_t pending = 0;           // sampled, not yet fed to the model
+    std::vector<float> hidden;          // pre-norm hidden row that produced `pending` (heads)
   };
   struct sequence {
     std::size_t id;
     table_type table;
   };
 
+  generator(LM& lm, Draft* draft, generator_options options)
+      : lm_(&lm), draft_(draft), options_(options) {
+    if (options.max_batch == 0) raise(error_code::invalid_argument, "generator: max_batch 0");
+    if (speculative && options.draft_tokens == 0) {
+      raise(error_code::invalid_argument, "generator: a draft needs draft_tokens >= 1");
+    }
+    if (!speculative && options.draft_tokens != 0) {
+      raise(error_code::invalid_argument, "generator: draft_tokens ", options.draft_tokens,
+            " without a draft");
+    }
+    const std::size_t rows = options.max_batch * (options.draft_tokens + 1);
+    if (rows > lm.step_rows()) {
+      raise(error_code::invalid_argument, "generator: max_batch ", options.max_batch,
+            " x (draft_tokens ", options.draft_tokens, " + 1) = ", rows,
+            " rows exceed the pipeline's step of ", lm.step_rows(), " rows");
+    }
+    if (options.prefix_cache) cache_.emplace(lm.kv_pool());
+  }
+
+  // A greedy request: argmax choices (the sampler's greedy), no distributions computed.
+  static bool greedy(const state& s) noexcept { return s.req.sampling.temperature == 0.0f; }
+
   // Records a sampled token; true when the request is finished.
   bool emit(std::size_t id, std::int32_t token, const token_callback& cb) {
     state& s = requests_[id];
     s.out.tokens.push_back(token);
+    s.context.push_back(token);
     s.pending = token;
     const bool stop = std::find(s.req.stop.begin(), s.req.stop.end(), token) != s.req.stop.end();
     const bool length = s.out.tokens.size() >= s.req.max_new_tokens;
@@ -147,23 +221,36 @@ class generator {
     return stop || length;
   }
 
+  // A sequence leaves the batch (finished, or preempted: the caller frees the table). Its KV
+  // holds the context but its last token, all verified: those full blocks go to the prefix
+  // cache. Its draft state goes.
+  void retire(std::size_t id, const table_type& table) {
+    const state& s = requests_[id];
+    if (cache_) {
+      cache_->insert(table, std::span<const std::int32_t>(s.context).first(s.context.size() - 1));
+    }
+    if constexpr (requires { draft_->forget(id); }) draft_->forget(id);
+  }
+
   void admit(const token_callback& cb) {
     while (!waiting_.empty() && running_.size() < options_.max_batch) {
       const std::size_t id = waiting_.front();
       state& s = requests_[id];
       // The context whose KV the sequence needs: the prompt, and after a preemption the tokens
       // generated since (but the last one, which is fed by the next decode step).
-      std::vector<std::int32_t> context = s.req.prompt;
+      const std::span<const std::int32_t> context =
+          std::span<const std::int32_t>(s.context).first(s.context.size() - (s.out.tokens.empty() ? 0 : 1));
       const bool resumed = !s.out.tokens.empty();
-      if (resumed) context.insert(context.end(), s.out.tokens.begin(), s.out.tokens.end() - 1);
       table_type table = lm_->new_sequence();
       const std::size_t covered = cache_ ? cache_->attach(table, context) : 0;
-      const std::span<const std::int32_t> rest =
-          std::span<const std::int32_t>(context).subspan(covered);
-      tensor<float, 2> logits;
+      const std::span<const std::int32_t> rest = context.subspan(covered);
+      // Only the rows the next step needs: the last token's logits (and hidden row for a head).
+      auto sel = output_selection::last();
+      if (hidden_wanted) sel.hidden_last();
+      step_output out;
       try {
         const typename LM::sequence_input in{&table, rest};
-        logits = lm_->step_sequences(std::span(&in, 1));
+        out = lm_->step_sequences(std::span(&in, 1), sel);
       } catch (const error& e) {
         if (e.code() != error_code::capacity_exhausted) throw;
         if (running_.empty()) {
@@ -176,9 +263,14 @@ class generator {
       stats_.prefill_tokens += rest.size();
       stats_.reused_tokens += covered;
       if (cache_) cache_->insert(table, context);  // every context token is verified
+      if constexpr (hidden_wanted) {
+        const auto h = out.hidden_of(rest.size() - 1);
+        s.hidden.assign(h.begin(), h.end());
+      }
       if (resumed) {
         s.pending = s.out.tokens.back();
-      } else if (emit(id, s.rng.sample({logits.data(), logits.extent(1)}), cb)) {
+      } else if (emit(id, s.rng.sample(out.logits_of(rest.size() - 1)), cb)) {
+        retire(id, table);
         continue;  // finished on its first token: the table goes, the blocks stay cached
       }
       running_.push_back({id, std::move(table)});
@@ -186,47 +278,121 @@ class generator {
     }
   }
 
+  // The draft's proposals for every running sequence (none without a draft). A sequence asks
+  // for no more than it can emit: its accepted proposals and one target token.
+  std::vector<draft_proposal> propose() {
+    std::vector<draft_proposal> out(running_.size());
+    if constexpr (speculative) {
+      std::vector<draft_query<table_type>> queries;
+      for (sequence& q : running_) {
+        state& s = requests_[q.id];
+        const std::size_t remaining = s.req.max_new_tokens - s.out.tokens.size();
+        queries.push_back({q.id, &q.table, s.context, s.hidden,
+                           std::min(options_.draft_tokens, remaining - 1),
+                           greedy(s) ? nullptr : &s.draft_rng});
+      }
+      const std::span<const draft_query<table_type>> all(queries);
+      if constexpr (requires { draft_->propose_batch(all); }) {
+        out = draft_->propose_batch(all);
+      } else {
+        for (std::size_t i = 0; i < queries.size(); ++i) {
+          const auto& q = queries[i];
+          if (q.n > 0) out[i] = draft_->propose(q.context, q.hidden, q.n, q.rng);
+        }
+      }
+      if (out.size() != queries.size()) {
+        raise(error_code::invalid_argument, "generator: the draft gave ", out.size(),
+              " proposals for ", queries.size(), " sequences");
+      }
+      for (std::size_t i = 0; i < out.size(); ++i)
+        check_proposal(out[i], queries[i].n, lm_->config().vocab_size);
+    }
+    return out;
+  }
+
   void decode(const token_callback& cb) {
     if (running_.empty()) return;
-    tensor<float, 2> logits;
+    std::vector<draft_proposal> proposals = propose();
+    step_output out;
     for (;;) {
+      // Each sequence's pending token and proposals; logits for every row (and hidden rows).
+      std::vector<std::vector<std::int32_t>> ids(running_.size());
       std::vector<typename LM::sequence_input> inputs;
       inputs.reserve(running_.size());
-      for (auto& q : running_)
-        inputs.push_back({&q.table, std::span<const std::int32_t>(&requests_[q.id].pending, 1)});
+      std::size_t rows = 0;
+      for (std::size_t i = 0; i < running_.size(); ++i) {
+        ids[i].push_back(requests_[running_[i].id].pending);
+        ids[i].insert(ids[i].end(), proposals[i].tokens.begin(), proposals[i].tokens.end());
+        inputs.push_back({&running_[i].table, ids[i]});
+        rows += ids[i].size();
+      }
+      auto sel = output_selection::all_rows();
+      if (hidden_wanted) {
+        std::vector<std::size_t> all(rows);
+        std::iota(all.begin(), all.end(), std::size_t{0});
+        sel.hidden_for(std::move(all));
+      }
       try {
-        logits = lm_->step_sequences(inputs);
+        out = lm_->step_sequences(inputs, sel);
         break;
       } catch (const error& e) {
         if (e.code() != error_code::capacity_exhausted) throw;
+        const bool proposing = std::any_of(proposals.begin(), proposals.end(),
+                                           [](const draft_proposal& d) { return !d.tokens.empty(); });
+        if (proposing) {  // a plain step needs fewer blocks
+          for (draft_proposal& d : proposals) d = {};
+          continue;
+        }
         if (running_.size() == 1) {
           raise(error_code::capacity_exhausted, "generator: request ", running_[0].id,
                 " cannot continue even alone: ", e.what());
         }
         // Preempt the newest: free its blocks, recompute it later.
         sequence& newest = running_.back();
+        retire(newest.id, newest.table);
         newest.table.reset();
         waiting_.push_front(newest.id);
         running_.pop_back();
+        proposals.pop_back();
         ++stats_.preemptions;
       }
     }
     ++stats_.steps;
     std::vector<sequence> still;
     still.reserve(running_.size());
+    std::size_t row = 0;  // the sequence's first row in the step
     for (std::size_t i = 0; i < running_.size(); ++i) {
       const std::size_t id = running_[i].id;
-      const std::int32_t token =
-          requests_[id].rng.sample({logits.data() + i * logits.extent(1), logits.extent(1)});
-      if (!emit(id, token, cb))
-        still.push_back(std::move(running_[i]));  // finished: blocks freed now
+      state& s = requests_[id];
+      const draft_proposal& d = proposals[i];
+      const round_verdict v = verify_round(
+          [&](std::size_t j) { return out.logits_of(row + j); }, d, greedy(s) ? nullptr : &s.rng);
+      // Keep the pending token and the accepted proposals: rejected KV is rolled back.
+      table_type& table = running_[i].table;
+      table.truncate(table.length() - d.tokens.size() + v.accepted);
+      stats_.proposed += d.tokens.size();
+      stats_.accepted += v.accepted;
+      bool finished = false;
+      for (std::size_t t = 0; t < v.tokens.size() && !finished; ++t)
+        finished = emit(id, v.tokens[t], cb);
+      if (finished) {
+        retire(id, table);  // its blocks are freed now
+      } else {
+        if constexpr (hidden_wanted) {
+          const auto h = out.hidden_of(row + v.accepted);
+          s.hidden.assign(h.begin(), h.end());
+        }
+        still.push_back(std::move(running_[i]));
+      }
+      row += d.tokens.size() + 1;
     }
     running_ = std::move(still);
   }
 
   LM* lm_;
+  Draft* draft_;
   generator_options options_;
-  std::optional<kv::prefix_cache<kv_type>> cache_;
+  std::optional<cache_type> cache_;
   std::vector<state> requests_;
   std::deque<std::size_t> waiting_;
   std::vector<sequence> running_;

@@ -96,6 +96,10 @@ class contiguous_cache {
     return block_split(*this, block_size);
   }
 
+  // The storage as one buffer (what a device binds): (layers * 2, kv_heads, capacity * head_dim).
+  [[nodiscard]] const T* data() const noexcept { return storage_.data(); }
+  [[nodiscard]] std::size_t storage_bytes() const noexcept { return storage_.size_bytes(); }
+
  private:
   static kv_shape checked(kv_shape shape, std::size_t capacity) {
     shape.validate("contiguous_cache");

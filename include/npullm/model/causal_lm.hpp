@@ -134,6 +134,13 @@ class causal_lm {
   using attention_policy = typename Config::attention_policy;
   using tiles = typename attention_policy::tiles;
   using backend_type = typename Config::backend_type;
+  // Storage the backend's device can read: KV (pool or cache), activations, weights on a
+  // device_memory backend.
+  using kv_allocator = typename backend_type::template allocator_type<KvT>;
+  using table_type = kv::block_table<KvT, kv_allocator>;
+  using pool_type = kv::block_pool<KvT, kv_allocator>;
+  template <class T, std::size_t Rank>
+  using buffer = typename backend_type::template buffer<T, Rank>;
   static constexpr bool blocks = requires { kv_policy::block_size; };
   static constexpr bool pyramid = requires { attention_policy::chunk; };
   static_assert(!(pyramid && blocks), "causal_lm: pyramid attention runs over contiguous KV");
@@ -154,6 +161,7 @@ class causal_lm {
     load_weights();
     create_kv();
     allocate_buffers();
+    bind_arguments();
     const body_fn body = [this](const body_closure& c) { run_layer(c); };
     head_ = backend_.compile("head", {{0, config_.hidden_size}, false},
                              head_fn([this](const step_state& s) { run_head(s); }));
@@ -229,8 +237,7 @@ class causal_lm {
               sequences[i].size(), " tokens, more than the ", capacity, " rows of a prefill step");
       }
     }
-    tensor<float, 2> out =
-        backend_.template allocate<float, 2>({sequences.size(), config_.vocab_size});
+    tensor<float, 2> out = host_output({sequences.size(), config_.vocab_size});
     std::vector<std::int32_t> ids;
     for (std::size_t first = 0; first < sequences.size();) {
       // As many whole sequences as fit in one step.
@@ -246,9 +253,10 @@ class causal_lm {
       }
       st.ids = ids;
       st.s = {ids.size(), 0};
-      backend_.execute(head_, st);
+      backend_.execute(head_, st, -1, head_args_);
       for (std::size_t l = 0; l < layers_.size(); ++l) {
-        backend_.execute(body_prefill_, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
+        backend_.execute(body_prefill_, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
+                       layer_args_[l]);
       }
       std::vector<std::size_t> rows_last;
       for (const segment& g : st.packed) rows_last.push_back(g.begin + g.rows - 1);
@@ -263,14 +271,14 @@ class causal_lm {
   // pipeline's pool; a step appends tokens to any number of them in one packed pass (one GEMM
   // per projection over all their rows, attention per sequence over its own blocks).
   struct sequence_input {
-    kv::block_table<KvT>* table;        // from new_sequence()
+    table_type* table;                  // from new_sequence()
     std::span<const std::int32_t> ids;  // tokens to append
   };
 
-  [[nodiscard]] kv::block_table<KvT> new_sequence() requires blocks {
-    return kv::block_table<KvT>(*pool_);
+  [[nodiscard]] table_type new_sequence() requires blocks {
+    return table_type(*pool_);
   }
-  [[nodiscard]] kv::block_pool<KvT>& kv_pool() requires blocks { return *pool_; }
+  [[nodiscard]] pool_type& kv_pool() requires blocks { return *pool_; }
 
   // Appends each input's tokens to its sequence; returns the logits of each input's last token,
   // (inputs, vocab). All or nothing: if the pool cannot hold every input's tokens, it throws
@@ -329,10 +337,11 @@ class causal_lm {
             e.what());
     }
     st.ids = ids;
-    backend_.execute(head_, st);
+    backend_.execute(head_, st, -1, head_args_);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
       backend_.execute(total <= options_.decode_rows ? body_decode_ : body_prefill_,
-                       body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
+                       body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
+                       layer_args_[l]);
     }
     for (std::size_t i = 0; i < out.hidden_rows.size(); ++i) {  // pre-norm, as they are
       std::copy_n(&x_.view()(out.hidden_rows[i], 0), config_.hidden_size,
@@ -386,7 +395,7 @@ class causal_lm {
   struct layer_weights {
     dense_view<const W, 1> input_norm, post_norm;
     dense_view<const W, 2> q, k, v, o, gate, up, down;
-    std::vector<float> q_bias, k_bias, v_bias;  // empty without attention bias
+    std::span<const float> q_bias, k_bias, v_bias;  // empty without attention bias
   };
 
   // Where a step's n tokens sit in its S static rows: token t in row first + t.
@@ -400,7 +409,7 @@ class causal_lm {
   struct segment {
     std::size_t begin, rows;
     std::size_t past = 0;  // keys before the segment (0 for an independent sequence)
-    kv::block_table<KvT>* table = nullptr;  // its block table (block KV), or none: nothing stored
+    table_type* table = nullptr;  // its block table (block KV), or none: nothing stored
   };
   struct step_state {
     std::span<const std::int32_t> ids;
@@ -469,8 +478,7 @@ class causal_lm {
   }
 
   template <std::size_t Rank>
-  dense_view<const W, Rank> weight(const std::string& name,
-                                   std::array<std::size_t, Rank> shape) const {
+  dense_view<const W, Rank> weight(const std::string& name, std::array<std::size_t, Rank> shape) {
     const tensor_info& info = weights_file_.info(name);
     if (info.storage() != dtype_of<W>) {
       raise(error_code::unsupported, "causal_lm: ", name, " is stored as ", info.dtype,
@@ -484,13 +492,20 @@ class causal_lm {
               npullm::detail::format_list(shape));
       }
     }
-    return v;
+    if constexpr (backend_type::device_memory) {
+      // The device reads weights from its own memory: copy them in once.
+      auto& b = device_weights_.emplace_back(backend_.template allocate<W>(v.size()));
+      std::copy_n(v.data_handle(), v.size(), b.data());
+      return dense_view<const W, Rank>(b.data(), v.extents());
+    } else {
+      return v;
+    }
   }
-  std::vector<float> bias(const std::string& name, std::size_t n) const {
+  std::span<const float> bias(const std::string& name, std::size_t n) {
     const auto v = weight<1>(name, {n});
-    std::vector<float> out(n);
-    for (std::size_t i = 0; i < n; ++i) out[i] = to_float(v(i));
-    return out;
+    auto& out = biases_.emplace_back(backend_.template allocate<float>(n));
+    for (std::size_t i = 0; i < n; ++i) out.data()[i] = to_float(v(i));
+    return {out.data(), n};
   }
 
   void load_weights() {
@@ -529,15 +544,15 @@ class causal_lm {
       constexpr std::size_t bs = kv_policy::block_size;
       const std::size_t tokens =
           options_.kv_capacity != 0 ? options_.kv_capacity : options_.max_sequence;
-      pool_.emplace(shape, bs, (tokens + bs - 1) / bs);
+      pool_.emplace(shape, bs, (tokens + bs - 1) / bs, backend_.template allocator<KvT>());
       table_.emplace(*pool_);
     } else if constexpr (pyramid) {
       // Variants of past i * q up to the largest past that holds max_sequence.
       constexpr std::size_t q = attention_policy::chunk;
       plan_.emplace(q, ((options_.max_sequence + q - 1) / q + 1) * q);
-      cache_.emplace(shape, plan_->max_past());
+      cache_.emplace(shape, plan_->max_past(), backend_.template allocator<KvT>());
     } else {
-      cache_.emplace(shape, options_.max_sequence);
+      cache_.emplace(shape, options_.max_sequence, backend_.template allocator<KvT>());
     }
   }
 
@@ -555,6 +570,46 @@ class causal_lm {
     att_ = backend_.template allocate<float, 3>({c.num_attention_heads, r, c.head_dim});
     gate_ = backend_.template allocate<float, 2>({r, c.intermediate_size});
     up_ = backend_.template allocate<float, 2>({r, c.intermediate_size});
+  }
+
+  // A call's result in host memory (counted by the host backend's statistics).
+  tensor<float, 2> host_output(const std::array<std::size_t, 2>& shape) {
+    if constexpr (backend_type::device_memory) {
+      return tensor<float, 2>(shape);
+    } else {
+      return backend_.template allocate<float, 2>(shape);
+    }
+  }
+
+  // The buffers each function touches, as graph arguments: head (activations, embeddings),
+  // body (activations, the KV storage, one layer's weights). The tail adds its rows' stage.
+  void bind_arguments() {
+    auto arg = [](const auto& t) {
+      return npu::argument{t.data(), t.size() * sizeof(*t.data())};
+    };
+    auto warg = [](const auto& v) {
+      return npu::argument{v.data_handle(), v.size() * sizeof(W)};
+    };
+    head_args_ = {arg(x_), arg(h_), arg(q_), arg(k_), arg(v_), arg(qh_), arg(kh_), arg(vh_),
+                  arg(att_), arg(gate_), arg(up_), warg(embed_)};
+    npu::argument kv_storage{};
+    if constexpr (blocks) {
+      kv_storage = {pool_->data(), pool_->storage_bytes()};
+    } else {
+      kv_storage = {cache_->data(), cache_->storage_bytes()};
+    }
+    layer_args_.clear();
+    for (const auto& w : layers_) {
+      std::vector<npu::argument> a(head_args_.begin(), head_args_.end() - 1);
+      a.push_back(kv_storage);
+      for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) a.push_back(warg(*m));
+      a.push_back(warg(w.input_norm));
+      a.push_back(warg(w.post_norm));
+      for (const auto* b : {&w.q_bias, &w.k_bias, &w.v_bias}) {
+        if (!b->empty()) a.push_back({b->data(), b->size() * sizeof(float)});
+      }
+      layer_args_.push_back(std::move(a));
+    }
   }
 
   // ---- a step ----------------------------------------------------------------------------
@@ -586,9 +641,8 @@ class causal_lm {
     out.logit_rows = sel.logit_rows(n);
     out.hidden_rows = sel.hidden_rows(n);
     // Only the selected rows: a (n, vocab) buffer exists only when every row is asked for.
-    out.logits = backend_.template allocate<float, 2>({out.logit_rows.size(), config_.vocab_size});
-    out.hidden =
-        backend_.template allocate<float, 2>({out.hidden_rows.size(), config_.hidden_size});
+    out.logits = host_output({out.logit_rows.size(), config_.vocab_size});
+    out.hidden = host_output({out.hidden_rows.size(), config_.hidden_size});
     return out;
   }
 
@@ -641,10 +695,11 @@ class causal_lm {
       bucket += std::chrono::duration<double>(now - clock).count();
       clock = now;
     };
-    backend_.execute(head_, st);
+    backend_.execute(head_, st, -1, head_args_);
     lap(timings_.head);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
-      backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l));
+      backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
+                       layer_args_[l]);
     }
     lap(timings_.body);
 
@@ -660,8 +715,28 @@ class causal_lm {
     const std::size_t logit_offset = in_step(out.logit_rows, logit_local);
     const std::size_t hidden_offset = in_step(out.hidden_rows, hidden_local);
     if (!logit_local.empty() || !hidden_local.empty()) {
-      backend_.execute(
-          tail_, tail_closure{&st, logit_local, logit_offset, hidden_local, hidden_offset, &out});
+      const tail_closure tc{&st, logit_local, logit_offset, hidden_local, hidden_offset, &out};
+      if constexpr (backend_type::device_memory) {
+        // The device writes the selected rows into its own memory; they are copied out after.
+        const std::size_t need = (logit_local.size() * config_.vocab_size +
+                                  hidden_local.size() * config_.hidden_size);
+        if (tail_stage_.size() < need) tail_stage_ = backend_.template allocate<float>(need);
+        std::vector<npu::argument> args = head_args_;
+        args.push_back({final_norm_.data_handle(), final_norm_.size() * sizeof(W)});
+        if (lm_head_.data_handle() != embed_.data_handle())
+          args.push_back({lm_head_.data_handle(), lm_head_.size() * sizeof(W)});
+        args.push_back({tail_stage_.data(), need * sizeof(float)});
+        backend_.execute(tail_, tc, -1, args);
+        const float* stage = tail_stage_.data();
+        const std::size_t nl = logit_local.size() * config_.vocab_size;
+        if (nl != 0) std::copy_n(stage, nl, &out.logits.view()(logit_offset, 0));
+        if (!hidden_local.empty()) {
+          std::copy_n(stage + nl, hidden_local.size() * config_.hidden_size,
+                      &out.hidden.view()(hidden_offset, 0));
+        }
+      } else {
+        backend_.execute(tail_, tc);
+      }
     }
     backend_.wait();
     lap(timings_.tail);
@@ -676,7 +751,7 @@ class causal_lm {
 
   // Tokens [past, past + n) of one layer as tiles of the cache, for the present step.
   std::vector<kv::kv_tile<KvT>> past_tiles(std::size_t layer, std::size_t past,
-                                           const kv::block_table<KvT>* seq = nullptr) const {
+                                           const table_type* seq = nullptr) const {
     std::vector<kv::kv_tile<KvT>> tiles;
     if (past == 0) return tiles;
     if constexpr (blocks) {
@@ -827,19 +902,28 @@ class causal_lm {
     for (std::size_t i = 0; i < x.size(); ++i) a[i] += b[i];
   }
 
+  // Writes the selected rows into the call's output, or (device_memory backends) into the
+  // stage: logit rows (vocab each) then hidden rows (hidden_size each).
   void run_tail(const tail_closure& t) {
     const auto& cfg = config_;
     const step_state& st = *t.step;
-    // Pre-norm hidden rows, copied out as they are.
-    for (std::size_t i = 0; i < t.hidden_rows.size(); ++i) {
-      std::copy_n(&x_.view()(st.s.first + t.hidden_rows[i], 0), cfg.hidden_size,
-                  &t.out->hidden.view()(t.hidden_offset + i, 0));
+    const std::size_t nl = t.logit_rows.size(), nh = t.hidden_rows.size();
+    dense_view<float, 2> logits, hidden;
+    if constexpr (backend_type::device_memory) {
+      logits = dense_view<float, 2>(tail_stage_.data(), nl, cfg.vocab_size);
+      hidden = dense_view<float, 2>(tail_stage_.data() + nl * cfg.vocab_size, nh, cfg.hidden_size);
+    } else {
+      logits = rows(t.out->logits.view(), t.logit_offset, t.logit_offset + nl);
+      if (nh != 0) hidden = rows(t.out->hidden.view(), t.hidden_offset, t.hidden_offset + nh);
     }
-    if (t.logit_rows.empty()) return;
-    std::vector<std::size_t> step_rows(t.logit_rows.size());
-    for (std::size_t i = 0; i < step_rows.size(); ++i) step_rows[i] = st.s.first + t.logit_rows[i];
-    run_lm_head(step_rows,
-                rows(t.out->logits.view(), t.logit_offset, t.logit_offset + t.logit_rows.size()));
+    // Pre-norm hidden rows, copied out as they are.
+    for (std::size_t i = 0; i < nh; ++i) {
+      std::copy_n(&x_.view()(st.s.first + t.hidden_rows[i], 0), cfg.hidden_size, &hidden(i, 0));
+    }
+    if (nl == 0) return;
+    std::vector<std::size_t> step_rows(nl);
+    for (std::size_t i = 0; i < nl; ++i) step_rows[i] = st.s.first + t.logit_rows[i];
+    run_lm_head(step_rows, logits);
   }
 
   // The selected step rows of x gathered, final-normed and through the LM head into out.
@@ -865,13 +949,18 @@ class causal_lm {
   dense_view<const W, 1> final_norm_;
   std::vector<layer_weights> layers_;
 
-  std::optional<kv::contiguous_cache<KvT>> cache_;
-  std::optional<kv::block_pool<KvT>> pool_;
-  std::optional<kv::block_table<KvT>> table_;
+  std::optional<kv::contiguous_cache<KvT, kv_allocator>> cache_;
+  std::optional<pool_type> pool_;
+  std::optional<table_type> table_;
   std::optional<attention::pyramid_plan> plan_;
 
-  tensor<float, 2> x_, h_, q_, k_, v_, gate_, up_;
-  tensor<float, 3> qh_, kh_, vh_, att_;
+  buffer<float, 2> x_, h_, q_, k_, v_, gate_, up_;
+  buffer<float, 3> qh_, kh_, vh_, att_;
+  std::vector<buffer<W, 1>> device_weights_;   // device_memory backends: the weights, copied
+  std::vector<buffer<float, 1>> biases_;
+  buffer<float, 1> tail_stage_;                // device_memory backends: the tail's output rows
+  std::vector<npu::argument> head_args_;
+  std::vector<std::vector<npu::argument>> layer_args_;
 
   using head_fn = std::function<void(const step_state&)>;
   using body_fn = std::function<void(const body_closure&)>;

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,44 @@ struct allocation_stats {
 
 using tracer = std::function<void(const trace_event&)>;
 
+// One buffer a function reads or writes, as a device graph's argument: activations, KV storage,
+// one layer's weights. A backend that binds graph arguments needs them in memory it allocated.
+struct argument {
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+};
+using arguments = std::span<const argument>;
+
+// What every backend keeps for tests: the tracer and the allocation statistics.
+class backend_hooks {
+ public:
+  void set_tracer(tracer t) { tracer_ = std::move(t); }
+  [[nodiscard]] allocation_stats stats() const noexcept { return stats_; }
+
+ protected:
+  void trace(const trace_event& e) const {
+    if (tracer_) tracer_(e);
+  }
+  void record(std::size_t bytes) noexcept {
+    ++stats_.allocations;
+    stats_.bytes += bytes;
+    if (bytes > stats_.largest) stats_.largest = bytes;
+  }
+
+ private:
+  tracer tracer_;
+  allocation_stats stats_;
+};
+
+// A backend B also has:
+//   B::allocator_type<T>             allocator policy for buffers the device reads
+//   B::device_memory                 true when weights must be copied into allocate()d memory
+//   b.execute(f, closure, id, args)  runs f(closure); args are the buffers it touches
 template <class B>
 concept backend = requires(B& b, const B& cb, std::string name, shape_desc shape, tracer t) {
   {b.compile(name, shape, [](int) {})};
+  { B::device_memory } -> std::convertible_to<bool>;
+  {b.template allocator<float>()};
   {b.set_tracer(t)};
   {b.wait()};
   { cb.stats() } -> std::convertible_to<allocation_stats>;

@@ -12,10 +12,18 @@
 
 namespace npullm::npu {
 
-class host_backend {
+class host_backend : public backend_hooks {
  public:
   template <class T>
   using allocator_type = aligned_allocator<T>;
+  template <class T, std::size_t Rank>
+  using buffer = tensor<T, Rank, allocator_type<T>>;
+  static constexpr bool device_memory = false;  // weights stay where they are (mapped files)
+
+  template <class T>
+  allocator_type<T> allocator() const noexcept {
+    return {};
+  }
 
   template <class Fn>
   struct function {
@@ -44,28 +52,15 @@ class host_backend {
     return {std::move(name), std::move(shape), std::move(fn)};
   }
 
+  // args: ignored on the host (the closure reaches its buffers directly).
   template <class Fn, class Closure>
-  void execute(const function<Fn>& f, Closure&& closure, std::ptrdiff_t closure_id = -1) {
+  void execute(const function<Fn>& f, Closure&& closure, std::ptrdiff_t closure_id = -1,
+               arguments /*args*/ = {}) {
     trace({trace_event::kind::execute, f.name, closure_id});
     f.fn(std::forward<Closure>(closure));
   }
 
   void wait() noexcept {}
-  void set_tracer(tracer t) { tracer_ = std::move(t); }
-  [[nodiscard]] allocation_stats stats() const noexcept { return stats_; }
-
- private:
-  void trace(const trace_event& e) const {
-    if (tracer_) tracer_(e);
-  }
-  void record(std::size_t bytes) noexcept {
-    ++stats_.allocations;
-    stats_.bytes += bytes;
-    stats_.largest = std::max(stats_.largest, bytes);
-  }
-
-  tracer tracer_;
-  allocation_stats stats_;
 };
 
 static_assert(backend<host_backend>);
