@@ -45,4 +45,5 @@
 #include "npullm/batch/unroll.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/npu/backend.hpp"
+#include "npullm/npu/default_backend.hpp"
 #include "npullm/npu/host.hpp"

@@ -61,7 +61,7 @@ using blob_provider = std::function<std::vector<std::uint8_t>(const graph_reques
 
 struct level_zero_options {
   level_zero::device_selector device;
-  blob_provider blobs;           // required
+  blob_provider blobs;               // required
   std::size_t max_recordings = 256;  // recorded bindings kept per graph (then recorded anew)
 };
 
@@ -144,11 +144,12 @@ class level_zero_backend : public backend_hooks {
   void execute(const function<Fn>& f, Closure&& closure, std::ptrdiff_t closure_id = -1,
                arguments args = {}) {
     trace({trace_event::kind::execute, f.name, closure_id});
-    if (!f.state) raise(error_code::invalid_argument, "level_zero_backend: ", f.name, " not compiled");
+    if (!f.state)
+      raise(error_code::invalid_argument, "level_zero_backend: ", f.name, " not compiled");
     for (std::size_t i = 0; i < args.size(); ++i) {
       if (!memory_->contains(args[i].data, args[i].bytes)) {
-        raise(error_code::invalid_argument, "level_zero_backend: argument ", i + 1, " of '",
-              f.name, "' (", args[i].bytes,
+        raise(error_code::invalid_argument, "level_zero_backend: argument ", i + 1, " of '", f.name,
+              "' (", args[i].bytes,
               " bytes) is not in this backend's Level Zero host memory; allocate it through the "
               "backend");
       }
@@ -183,7 +184,9 @@ class level_zero_backend : public backend_hooks {
     return session_->ext.version();
   }
   // Whether [p, p + bytes) lies in memory this backend allocated.
-  [[nodiscard]] bool owns(const void* p, std::size_t bytes) const { return memory_->contains(p, bytes); }
+  [[nodiscard]] bool owns(const void* p, std::size_t bytes) const {
+    return memory_->contains(p, bytes);
+  }
   // Live zeMemAllocHost allocations of this backend (buffers, pool storage, parameter blocks).
   [[nodiscard]] std::size_t live_allocations() const { return memory_->live_allocations(); }
 

@@ -21,7 +21,8 @@ inline std::vector<std::uint8_t> software_npu_blob(const std::string& function,
 
 // The blob provider a pipeline on the software NPU uses.
 inline npu::blob_provider software_npu_blobs() {
-  return [](const npu::graph_request& r) { return software_npu_blob(r.function, r.argument_bytes); };
+  return
+      [](const npu::graph_request& r) { return software_npu_blob(r.function, r.argument_bytes); };
 }
 
 }  // namespace npullm::testing

@@ -95,10 +95,10 @@ struct driver_state {
   bool initialized = false;
   object driver{kind::driver};
   object device{kind::device};
-  std::set<const object*> live;                // live objects
-  std::vector<std::unique_ptr<object>> all;    // every object ever made (destroyed ones stay
-                                               // readable, so a stale handle is never freed
-                                               // memory)
+  std::set<const object*> live;                  // live objects
+  std::vector<std::unique_ptr<object>> all;      // every object ever made (destroyed ones stay
+                                                 // readable, so a stale handle is never freed
+                                                 // memory)
   std::map<std::uintptr_t, std::size_t> memory;  // live host allocations
   std::size_t allocations = 0;
   std::string build_log;
@@ -152,8 +152,8 @@ bool inside_memory(driver_state& s, const void* p, std::size_t bytes) {
   return a >= it->first && a + bytes <= it->first + it->second;
 }
 
-#define SWNPU_LOCK()            \
-  auto& s = state();            \
+#define SWNPU_LOCK()             \
+  auto& s = state();             \
   std::lock_guard lock(s.mutex); \
   if (!s.initialized) return ZE_RESULT_ERROR_UNINITIALIZED
 
@@ -331,8 +331,8 @@ ze_result_t run_commands(driver_state& s, list_object& l) {
     for (std::size_t i = 0; i < c.args.size(); ++i) {
       if (!inside_memory(s, c.args[i], g->sizes[i])) return ZE_RESULT_ERROR_INVALID_ARGUMENT;
     }
-    auto* block = static_cast<npullm::npu::level_zero::host_function_block*>(
-        const_cast<void*>(c.args[0]));
+    auto* block =
+        static_cast<npullm::npu::level_zero::host_function_block*>(const_cast<void*>(c.args[0]));
     if (block->magic != npullm::npu::level_zero::host_function_magic || !block->entry ||
         !block->context) {
       return ZE_RESULT_ERROR_INVALID_ARGUMENT;
@@ -340,8 +340,8 @@ ze_result_t run_commands(driver_state& s, list_object& l) {
     ++block->calls;
     // The host function runs without the driver lock (it may allocate through the driver).
     s.mutex.unlock();
-    const int rc = block->entry(block->context, c.args.data(),
-                                static_cast<std::uint32_t>(c.args.size()));
+    const int rc =
+        block->entry(block->context, c.args.data(), static_cast<std::uint32_t>(c.args.size()));
     s.mutex.lock();
     if (rc != 0) return ZE_RESULT_ERROR_UNKNOWN;
   }
@@ -559,7 +559,8 @@ ze_result_t ZE_APICALL graph_argument_properties(abi::graph_handle h, std::uint3
   std::memset(p, 0, sizeof *p);
   p->stype = stype;
   p->next = next;
-  std::snprintf(p->name, sizeof p->name, "%s", i == 0 ? "parameters" : ("arg" + std::to_string(i)).c_str());
+  std::snprintf(p->name, sizeof p->name, "%s",
+                i == 0 ? "parameters" : ("arg" + std::to_string(i)).c_str());
   p->type = abi::argument_input;
   for (auto& d : p->dims) d = 1;
   p->dims[0] = static_cast<std::uint32_t>(g->sizes[i]);
@@ -590,8 +591,8 @@ ze_result_t ZE_APICALL append_initialize(ze_command_list_handle_t lh, abi::graph
 }
 
 ze_result_t ZE_APICALL append_execute(ze_command_list_handle_t lh, abi::graph_handle h,
-                                      abi::profiling_query_handle, ze_event_handle_t,
-                                      std::uint32_t, ze_event_handle_t*) {
+                                      abi::profiling_query_handle, ze_event_handle_t, std::uint32_t,
+                                      ze_event_handle_t*) {
   SWNPU_LOCK();
   auto* l = find_or_translate<list_object>(s, lh, kind::list, ZEL_HANDLE_COMMAND_LIST);
   auto* g = find<graph_object>(s, h, kind::graph);
@@ -605,8 +606,7 @@ ze_result_t ZE_APICALL append_execute(ze_command_list_handle_t lh, abi::graph_ha
   return ZE_RESULT_SUCCESS;
 }
 
-ze_result_t ZE_APICALL graph_native_binary(abi::graph_handle h, std::size_t* size,
-                                           std::uint8_t*) {
+ze_result_t ZE_APICALL graph_native_binary(abi::graph_handle h, std::size_t* size, std::uint8_t*) {
   SWNPU_LOCK();
   if (!find<graph_object>(s, h, kind::graph)) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
   if (!size) return ZE_RESULT_ERROR_INVALID_NULL_POINTER;
@@ -733,8 +733,10 @@ SWNPU_EXPORT zeGetFenceProcAddrTable(ze_api_version_t v, ze_fence_dditable_t* t)
 }
 
 // The tables the loader requires but npullm does not use: left empty (null entries).
-#define SWNPU_EMPTY_TABLE(getter, table) \
-  SWNPU_EXPORT getter(ze_api_version_t v, table* t) { return fill(v, t); }
+#define SWNPU_EMPTY_TABLE(getter, table)              \
+  SWNPU_EXPORT getter(ze_api_version_t v, table* t) { \
+    return fill(v, t);                                \
+  }
 
 SWNPU_EMPTY_TABLE(zeGetDeviceExpProcAddrTable, ze_device_exp_dditable_t)
 SWNPU_EMPTY_TABLE(zeGetImageProcAddrTable, ze_image_dditable_t)

@@ -104,7 +104,8 @@ class graph {
     }
   }
   graph(graph&& o) noexcept
-      : ext_(o.ext_), handle_(std::exchange(o.handle_, nullptr)),
+      : ext_(o.ext_),
+        handle_(std::exchange(o.handle_, nullptr)),
         arguments_(std::move(o.arguments_)) {}
   graph& operator=(graph&& o) noexcept {
     if (this != &o) {
@@ -119,9 +120,7 @@ class graph {
   graph& operator=(const graph&) = delete;
   ~graph() { reset(); }
 
-  [[nodiscard]] const std::vector<graph_argument>& arguments() const noexcept {
-    return arguments_;
-  }
+  [[nodiscard]] const std::vector<graph_argument>& arguments() const noexcept { return arguments_; }
   void set_argument(std::uint32_t index, const void* value) {
     if (index >= arguments_.size()) {
       raise(error_code::out_of_range, "graph argument ", index, " of ", arguments_.size());

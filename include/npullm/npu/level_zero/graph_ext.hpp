@@ -33,8 +33,8 @@ enum graph_structure_type : std::uint32_t {
 };
 
 enum graph_format : std::uint32_t {
-  format_native = 0x1,        // a precompiled blob
-  format_ngraph_lite = 0x2,   // an IR the driver's compiler builds
+  format_native = 0x1,       // a precompiled blob
+  format_ngraph_lite = 0x2,  // an IR the driver's compiler builds
 };
 
 enum argument_type : std::uint32_t { argument_input = 0, argument_output = 1 };
@@ -98,8 +98,8 @@ struct argument_properties {
 };
 
 extern "C" {
-using pfn_graph_create = ze_result_t (*)(ze_context_handle_t, ze_device_handle_t,
-                                         const graph_desc*, graph_handle*);
+using pfn_graph_create = ze_result_t (*)(ze_context_handle_t, ze_device_handle_t, const graph_desc*,
+                                         graph_handle*);
 using pfn_graph_destroy = ze_result_t (*)(graph_handle);
 using pfn_graph_get_properties = ze_result_t (*)(graph_handle, graph_properties*);
 using pfn_graph_get_argument_properties = ze_result_t (*)(graph_handle, std::uint32_t,

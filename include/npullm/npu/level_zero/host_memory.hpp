@@ -78,7 +78,8 @@ class host_buffer {
     data_ = reg_->allocate(bytes);
   }
   host_buffer(host_buffer&& o) noexcept
-      : reg_(std::move(o.reg_)), data_(std::exchange(o.data_, nullptr)),
+      : reg_(std::move(o.reg_)),
+        data_(std::exchange(o.data_, nullptr)),
         bytes_(std::exchange(o.bytes_, 0)) {}
   host_buffer& operator=(host_buffer&& o) noexcept {
     if (this != &o) {
@@ -127,7 +128,8 @@ class host_allocator {
             "allocate ",
             n, " elements)");
     }
-    if (n > std::size_t(-1) / sizeof(T)) raise(error_code::invalid_argument, "allocation too large");
+    if (n > std::size_t(-1) / sizeof(T))
+      raise(error_code::invalid_argument, "allocation too large");
     return static_cast<T*>(reg_->allocate(n * sizeof(T)));
   }
   void deallocate(T* p, std::size_t) noexcept {
