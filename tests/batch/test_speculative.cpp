@@ -1,64 +1,58 @@
-// Greedy speculative decoding gives exactly plain greedy decoding's tokens for k = 1..4 with
-// every kind of draft (the target's twin: always right; a different 1-layer model: mostly
-// wrong; a draft that is always wrong), and leaves the target's KV as plain decoding would.
+// Speculative decoding for one sequence: greedy output is exactly plain greedy decoding's for
+// k = 1..4 with every kind of draft (a second model: the target's twin and a 1-layer model;
+// self-speculation from the target's first layers; a draft head: Medusa heads and oracle heads;
+// oracle drafts that are always right and always wrong, with the extreme acceptance counts);
+// the target's KV after the rollbacks equals plain decoding's; each pass computes only the rows
+// the draft needs; the sampled rule keeps the target's distribution (on explicit distributions
+// and end to end on a 16-token vocabulary); bad arguments are refused before anything changes.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "npullm/batch/speculative.hpp"
 #include "npullm/model/causal_lm.hpp"
+#include "speculative_support.hpp"
 #include "support.hpp"
 
 namespace {
 
 using namespace npullm;
 using namespace npullm::batch;
+using npullm::testing::expect_error;
+using npullm::testing::kv_difference;
+using npullm::testing::medusa_fixture;
+using npullm::testing::oracle_draft;
+using npullm::testing::oracle_head;
+using npullm::testing::plain_greedy;
+using npullm::testing::plain_run;
 namespace fs = std::filesystem;
 
 using lm_t = model::causal_lm<
     model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
 
-const fs::path& one_layer_dir() {
-  static const fs::path d = [] {
-    const fs::path p =
-        fs::temp_directory_path() / ("npullm_spec_1layer_" + std::to_string(::getpid()));
-    auto spec = model::preset("tiny", npullm::dtype::f32, 99);
-    spec.config.num_hidden_layers = 1;
-    model::write_model(p, spec);
-    return p;
-  }();
-  return d;
+constexpr std::size_t new_tokens = 20;
+
+const fs::path& target_dir() {
+  return npullm::testing::generated_model("tiny", 21);
 }
 
-// Proposes last + 1, last + 2, ... (mod vocab): almost never what the target says.
-struct wrong_draft {
-  std::size_t len = 0;
-  void start(std::span<const std::int32_t> prompt) { len = prompt.size(); }
-  std::vector<std::int32_t> propose(std::int32_t last, std::size_t n) {
-    std::vector<std::int32_t> out;
-    for (std::size_t i = 1; i <= n; ++i)
-      out.push_back(static_cast<std::int32_t>((last + static_cast<std::int32_t>(i) * 37) % 512));
-    len += n;
-    return out;
+// A model of the tiny shapes with its own weights: `layers` layers, `vocab` tokens.
+const fs::path& other_dir(std::size_t layers, std::size_t vocab, std::uint64_t seed) {
+  static std::map<std::string, fs::path> dirs;
+  auto& d = dirs[std::to_string(layers) + "/" + std::to_string(vocab) + "/" + std::to_string(seed)];
+  if (d.empty()) {
+    d = fs::temp_directory_path() /
+        ("npullm_spec_" + std::to_string(layers) + "l_" + std::to_string(vocab) + "v_" +
+         std::to_string(seed) + "_" + std::to_string(::getpid()));
+    auto spec = model::preset("tiny", npullm::dtype::f32, seed);
+    spec.config.num_hidden_layers = layers;
+    spec.config.vocab_size = vocab;
+    model::write_model(d, spec);
   }
-  void rollback(std::size_t n) { len = n; }
-  void feed(std::span<const std::int32_t> ids) { len += ids.size(); }
-  std::size_t length() const { return len; }
-};
-static_assert(draft_source<wrong_draft>);
-static_assert(draft_source<model_draft<lm_t>>);
-
-std::vector<std::int32_t> plain_greedy(lm_t& lm, std::span<const std::int32_t> prompt,
-                                       std::size_t n) {
-  lm.reset();
-  std::vector<std::int32_t> out{greedy_token(lm.prefill(prompt).logits_of(prompt.size() - 1))};
-  while (out.size() < n) {
-    const std::array<std::int32_t, 1> one{out.back()};
-    out.push_back(greedy_token(lm.decode(one).logits_of(0)));
-  }
-  return out;
+  return d;
 }
 
 std::vector<std::int32_t> prompt() {
@@ -67,61 +61,272 @@ std::vector<std::int32_t> prompt() {
   return p;
 }
 
-TEST(Speculative, EqualsPlainGreedyWithEveryDraft) {
-  const auto& dir = npullm::testing::generated_model("tiny", 21);
-  lm_t plain(dir, {.max_sequence = 128});
+const plain_run& expected() {
+  static const plain_run r = [] {
+    lm_t plain(target_dir(), {.max_sequence = 128});
+    return plain_greedy(plain, prompt(), new_tokens);
+  }();
+  return r;
+}
+
+// Every kind of draft over one target, with what its acceptance must be.
+enum class acceptance { all, none, any };
+struct drafts {
+  lm_t& target;
+  lm_t twin{target_dir(), {.max_sequence = 128}};
+  lm_t small{other_dir(1, 512, 99), {.max_sequence = 128}};
+  model_draft<lm_t> twin_draft{twin}, small_draft{small};
+  self_draft<lm_t> first_layer{target, 1}, all_layers{target, 2};
+  medusa_fixture medusa{target_dir(), 4, 0.05f, 5};
+  head_draft<medusa_head<float>> medusa_draft{medusa.head};
+  oracle_draft right{{expected().sequence()}, false}, wrong{{expected().sequence()}, true};
+  oracle_head right_head{{expected()}, false}, wrong_head{{expected()}, true};
+  head_draft<oracle_head> right_head_draft{right_head}, wrong_head_draft{wrong_head};
+
+  explicit drafts(lm_t& t) : target(t) {}
+
+  // Calls fn(name, draft, expected acceptance) for each.
+  template <class Fn>
+  void each(Fn&& fn) {
+    fn("twin model", twin_draft, acceptance::all);
+    fn("1-layer model", small_draft, acceptance::any);
+    fn("self, first layer", first_layer, acceptance::any);
+    fn("self, all layers", all_layers, acceptance::all);
+    fn("medusa head", medusa_draft, acceptance::any);
+    fn("oracle", right, acceptance::all);
+    fn("wrong oracle", wrong, acceptance::none);
+    fn("oracle head", right_head_draft, acceptance::all);
+    fn("wrong oracle head", wrong_head_draft, acceptance::none);
+  }
+};
+
+TEST(Speculative, GreedyEqualsPlainForEveryDraftKind) {
+  lm_t target(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  drafts all(target);
   const auto p = prompt();
-  const auto expected = plain_greedy(plain, p, 20);
   for (std::size_t k = 1; k <= 4; ++k) {
-    lm_t target(dir, {.max_sequence = 128, .decode_rows = 8});
-    lm_t twin(dir, {.max_sequence = 128, .decode_rows = 8});
-    lm_t small(one_layer_dir(), {.max_sequence = 128, .decode_rows = 8});
-    model_draft<lm_t> right(twin), other(small);
-    wrong_draft wrong;
-    speculative_stats s_right, s_other, s_wrong;
-    EXPECT_EQ(speculative_generate(target, right, p, 20, k, &s_right), expected) << "k " << k;
-    EXPECT_EQ(speculative_generate(target, other, p, 20, k, &s_other), expected) << "k " << k;
-    EXPECT_EQ(speculative_generate(target, wrong, p, 20, k, &s_wrong), expected) << "k " << k;
-    EXPECT_EQ(s_right.acceptance(), 1.0) << "k " << k;  // always right
-    EXPECT_EQ(s_wrong.accepted, 0u) << "k " << k;       // always wrong
-    EXPECT_LT(s_right.rounds, s_wrong.rounds);
+    all.each([&](const char* name, auto& draft, acceptance a) {
+      speculative_stats s;
+      EXPECT_EQ(speculative_generate(target, draft, p, new_tokens, k, &s), expected().tokens)
+          << name << ", k " << k;
+      EXPECT_EQ(target.length(), p.size() + new_tokens - 1) << name;
+      // A round emits its accepted proposals and one target token; never more than asked for.
+      EXPECT_EQ(s.rounds + s.accepted, new_tokens - 1) << name << ", k " << k;
+      EXPECT_GT(s.proposed, 0u) << name;
+      if (a == acceptance::all) {
+        EXPECT_EQ(s.accepted, s.proposed) << name << ", k " << k;
+        EXPECT_EQ(s.rounds, (new_tokens - 1 + k) / (k + 1)) << name << ", k " << k;
+      }
+      if (a == acceptance::none) {
+        EXPECT_EQ(s.accepted, 0u) << name << ", k " << k;
+        EXPECT_EQ(s.rounds, new_tokens - 1) << name << ", k " << k;
+      }
+    });
+  }
+  // The heads were handed the target's own rows: each found a plain-run row at float rounding.
+  EXPECT_LT(all.right_head.worst, 1e-4);
+  EXPECT_LT(all.wrong_head.worst, 1e-4);
+}
+
+TEST(Speculative, KvAfterRollbackEqualsPlainForEveryDraftKind) {
+  lm_t plain(target_dir(), {.max_sequence = 128});
+  const auto p = prompt();
+  plain_greedy(plain, p, new_tokens);
+  lm_t target(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  drafts all(target);
+  for (std::size_t k : {2u, 4u}) {
+    all.each([&](const char* name, auto& draft, acceptance) {
+      speculative_generate(target, draft, p, new_tokens, k);
+      ASSERT_EQ(target.length(), plain.length()) << name;
+      // The same keys and values, up to f32 summation order.
+      EXPECT_LE(kv_difference(target.kv_cache(), plain.kv_cache(), 2, plain.length()), 1e-5)
+          << name << ", k " << k;
+    });
   }
 }
 
-TEST(Speculative, KvAfterRollbackEqualsPlainDecoding) {
-  const auto& dir = npullm::testing::generated_model("tiny", 21);
-  lm_t plain(dir, {.max_sequence = 128});
-  lm_t target(dir, {.max_sequence = 128, .decode_rows = 8});
-  lm_t small(one_layer_dir(), {.max_sequence = 128, .decode_rows = 8});
-  model_draft<lm_t> draft(small);
+// Records the rows each pass of a target computes (and through how many layers).
+struct recording_target {
+  struct pass {
+    bool prefill;
+    std::size_t tokens;
+    std::vector<std::size_t> logits, hidden;
+    std::size_t layers;
+  };
+  lm_t* lm;
+  std::vector<pass> passes;
+
+  void reset() { lm->reset(); }
+  step_output prefill(std::span<const std::int32_t> ids, const output_selection& sel) {
+    auto out = lm->prefill(ids, sel);
+    passes.push_back({true, ids.size(), out.logit_rows, out.hidden_rows, lm_t::all_layers});
+    return out;
+  }
+  step_output decode(std::span<const std::int32_t> ids, const output_selection& sel,
+                     std::size_t layers = lm_t::all_layers) {
+    auto out = lm->decode(ids, sel, layers);
+    passes.push_back({false, ids.size(), out.logit_rows, out.hidden_rows, layers});
+    return out;
+  }
+  void truncate(std::size_t n) { lm->truncate(n); }
+  [[nodiscard]] std::size_t length() const { return lm->length(); }
+  [[nodiscard]] std::size_t capacity() const { return lm->capacity(); }
+  [[nodiscard]] std::size_t decode_rows() const { return lm->decode_rows(); }
+  [[nodiscard]] const model::model_config& config() const { return lm->config(); }
+};
+
+std::vector<std::size_t> first_rows(std::size_t n) {
+  std::vector<std::size_t> r(n);
+  for (std::size_t i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+
+TEST(Speculative, EachPassComputesOnlyTheRowsTheDraftNeeds) {
+  lm_t lm(target_dir(), {.max_sequence = 128, .decode_rows = 8});
   const auto p = prompt();
-  plain_greedy(plain, p, 17);
-  speculative_generate(target, draft, p, 17, 3);
-  ASSERT_EQ(target.length(), plain.length());
-  const auto& a = target.kv_cache();
-  const auto& b = plain.kv_cache();
-  double diff = 0;
-  for (std::size_t layer = 0; layer < target.config().num_hidden_layers; ++layer) {
-    const auto ta = a.range_tile(layer, 0, a.length()), tb = b.range_tile(layer, 0, b.length());
-    for (std::size_t h = 0; h < ta.k.extent(0); ++h) {
-      for (std::size_t j = 0; j < ta.k.extent(1); ++j) {
-        for (std::size_t d = 0; d < ta.k.extent(2); ++d) {
-          diff = std::max<double>(diff, std::fabs(ta.k(h, j, d) - tb.k(h, j, d)));
-          diff = std::max<double>(diff, std::fabs(ta.v(h, j, d) - tb.v(h, j, d)));
-        }
-      }
+  const std::size_t last = p.size() - 1;
+  {  // A second model: the prompt's last logits row; verify passes: logits for every row.
+    recording_target t{&lm, {}};
+    lm_t small(other_dir(1, 512, 99), {.max_sequence = 128});
+    model_draft<lm_t> d(small);
+    EXPECT_EQ(speculative_generate(t, d, p, new_tokens, 3), expected().tokens);
+    ASSERT_TRUE(t.passes.front().prefill);
+    EXPECT_EQ(t.passes.front().logits, std::vector<std::size_t>{last});
+    EXPECT_TRUE(t.passes.front().hidden.empty());
+    for (std::size_t i = 1; i < t.passes.size(); ++i) {
+      EXPECT_EQ(t.passes[i].logits, first_rows(t.passes[i].tokens));
+      EXPECT_TRUE(t.passes[i].hidden.empty());
+      EXPECT_LE(t.passes[i].tokens, 4u);  // k + 1 rows at most
+    }
+    EXPECT_EQ(t.passes[1].tokens, 4u);
+  }
+  {  // A head: the prompt's last row also as a hidden row; verify passes: hidden rows too.
+    recording_target t{&lm, {}};
+    medusa_fixture m(target_dir(), 4, 0.05f, 5);
+    head_draft<medusa_head<float>> d(m.head);
+    EXPECT_EQ(speculative_generate(t, d, p, new_tokens, 3), expected().tokens);
+    EXPECT_EQ(t.passes.front().logits, std::vector<std::size_t>{last});
+    EXPECT_EQ(t.passes.front().hidden, std::vector<std::size_t>{last});
+    for (std::size_t i = 1; i < t.passes.size(); ++i) {
+      EXPECT_EQ(t.passes[i].logits, first_rows(t.passes[i].tokens));
+      EXPECT_EQ(t.passes[i].hidden, first_rows(t.passes[i].tokens));
     }
   }
-  EXPECT_LE(diff, 1e-5);  // the same keys and values, up to f32 summation order
+  {  // Self-speculation: one-row draft steps through layer 1, verify passes through all.
+    recording_target t{&lm, {}};
+    self_draft<recording_target> d(t, 1);
+    EXPECT_EQ(speculative_generate(t, d, p, new_tokens, 3), expected().tokens);
+    std::size_t draft_steps = 0;
+    for (std::size_t i = 1; i < t.passes.size(); ++i) {
+      const auto& s = t.passes[i];
+      if (s.layers == 1) {
+        ++draft_steps;
+        EXPECT_EQ(s.tokens, 1u);
+        EXPECT_EQ(s.logits, std::vector<std::size_t>{0});
+      } else {
+        EXPECT_EQ(s.layers, lm_t::all_layers);
+        EXPECT_EQ(s.logits, first_rows(s.tokens));
+      }
+      EXPECT_TRUE(s.hidden.empty());
+    }
+    EXPECT_GT(draft_steps, 0u);
+  }
 }
 
-TEST(Speculative, BadArguments) {
-  const auto& dir = npullm::testing::generated_model("tiny", 21);
-  lm_t target(dir, {.max_sequence = 64});
-  wrong_draft d;
+// decode(..., layers) exits early: its logits are the final norm and LM head over the hidden row
+// after those layers (a Medusa head with w = 0 is exactly that map), and the K/V it writes for
+// the layers it ran equal the full pass's (what self-speculation relies on).
+TEST(Speculative, EarlyExitThroughTheFirstLayers) {
+  lm_t full(target_dir(), {.max_sequence = 64}), early(target_dir(), {.max_sequence = 64});
+  medusa_fixture m(target_dir(), 1, 0.0f, 1);  // w = 0
   const auto p = prompt();
-  EXPECT_THROW(speculative_generate(target, d, p, 5, 0), error);
-  EXPECT_THROW(speculative_generate(target, d, p, 0, 2), error);
+  full.prefill(p);
+  early.prefill(p);
+  const std::array<std::int32_t, 2> ids{5, 77};
+  const auto sel = output_selection::all_rows().hidden_for({0, 1});
+  const step_output a = full.decode(ids, sel), b = early.decode(ids, sel, 1);
+  double head_diff = 0, hidden_diff = 0;
+  for (std::size_t r = 0; r < 2; ++r) {
+    const auto via_head_a = m.head.logits(a.hidden_of(r), 0);
+    const auto via_head_b = m.head.logits(b.hidden_of(r), 0);
+    for (std::size_t t = 0; t < 512; ++t) {
+      head_diff = std::max<double>(head_diff, std::fabs(via_head_a[t] - a.logits_of(r)[t]));
+      head_diff = std::max<double>(head_diff, std::fabs(via_head_b[t] - b.logits_of(r)[t]));
+    }
+    for (std::size_t j = 0; j < 128; ++j)
+      hidden_diff = std::max<double>(hidden_diff, std::fabs(a.hidden_of(r)[j] - b.hidden_of(r)[j]));
+  }
+  EXPECT_LE(head_diff, 1e-4);
+  EXPECT_GT(hidden_diff, 1e-2);  // layer 2 does change the row
+  EXPECT_LE(kv_difference(full.kv_cache(), early.kv_cache(), 1, full.length()), 1e-6);
+  EXPECT_GT(kv_difference(full.kv_cache(), early.kv_cache(), 2, full.length()), 1e-3);
+  expect_error([&] { (void)early.decode(ids, sel, 3); }, error_code::invalid_argument,
+               "a step through 3 layers; the model has 2");
+}
+
+TEST(Speculative, BadArgumentsLeaveTheTargetAsItWas) {
+  lm_t target(target_dir(), {.max_sequence = 64, .decode_rows = 4});
+  const auto p = prompt();
+  target.prefill(std::vector<std::int32_t>{1, 2, 3});
+  oracle_draft d{{expected().sequence()}, false};
+  auto unchanged = [&] { EXPECT_EQ(target.length(), 3u); };
+  auto bad = [&](auto&& fn, error_code code, const std::string& fragment) {
+    expect_error(fn, code, fragment);
+    unchanged();
+  };
+  bad([&] { speculative_generate(target, d, p, 5, 0); }, error_code::invalid_argument,
+      "speculative_generate: k 0 and max_new_tokens 5 must be > 0");
+  bad([&] { speculative_generate(target, d, p, 0, 2); }, error_code::invalid_argument,
+      "k 2 and max_new_tokens 0 must be > 0");
+  bad([&] { speculative_generate(target, d, std::vector<std::int32_t>{}, 5, 2); },
+      error_code::invalid_argument, "empty prompt");
+  bad(
+      [&] {
+        speculative_generate(target, d, std::vector<std::int32_t>{1, 600}, 5, 2);
+      },
+      error_code::invalid_argument, "prompt token 600 at 1 outside the vocabulary of 512");
+  bad([&] { speculative_generate(target, d, p, 5, 4); }, error_code::invalid_argument,
+      "k 4 needs a decode shape of 5 rows; the target's has 4");
+  bad([&] { speculative_generate(target, d, p, 43, 2); }, error_code::capacity_exhausted,
+      "prompt of 23 + 43 new tokens exceeds the target's capacity of 64");
+  bad([&] { speculative_generate_sampled(target, d, p, 5, 0, {.temperature = 1.0f}, 1); },
+      error_code::invalid_argument, "speculative_generate_sampled: k 0");
+  // Drafts that cannot serve the target are refused up front.
+  lm_t other_vocab(other_dir(1, 300, 7), {.max_sequence = 64});
+  model_draft<lm_t> mismatched(other_vocab);
+  bad([&] { speculative_generate(target, mismatched, p, 5, 2); }, error_code::invalid_argument,
+      "model_draft: the draft's vocabulary of 300 differs from the target's 512");
+  lm_t short_lm(other_dir(1, 512, 99), {.max_sequence = 24});
+  model_draft<lm_t> too_short(short_lm);
+  bad([&] { speculative_generate(target, too_short, p, 5, 2); }, error_code::capacity_exhausted,
+      "model_draft: the draft holds 24 tokens; the generation needs 27");
+  expect_error([&] { self_draft<lm_t>(target, 3); }, error_code::invalid_argument,
+               "self_draft: 3 layers; the target has 2");
+  // Bad proposals are named (found mid-run: the target then holds the verified tokens only).
+  struct greedy_liar {
+    std::int32_t token;
+    std::size_t extra;
+    draft_proposal propose(std::span<const std::int32_t>, std::span<const float>, std::size_t n,
+                           sampler*) const {
+      return {std::vector<std::int32_t>(n + extra, token), {}};
+    }
+  };
+  greedy_liar out_of_vocab{512, 0}, too_many{1, 1};
+  expect_error([&] { speculative_generate(target, out_of_vocab, p, 5, 2); },
+               error_code::invalid_argument, "draft token 512 at 0 outside the vocabulary of 512");
+  EXPECT_EQ(target.length(), p.size());
+  expect_error([&] { speculative_generate(target, too_many, p, 5, 2); },
+               error_code::invalid_argument, "the draft proposed 3 tokens; 2 were asked for");
+  // Medusa heads of the wrong shapes.
+  model::safetensors_model f = model::safetensors_model::open(target_dir());
+  std::vector<tensor<float, 2>> w;
+  w.emplace_back(128, 64);
+  expect_error(
+      [&] {
+        medusa_head<float>(f.view<float, 1>("model.norm.weight"),
+                           f.view<float, 2>("model.embed_tokens.weight"), 1e-6f, std::move(w));
+      },
+      error_code::invalid_shape, "medusa_head: head 0 is [128, 64], not (128, 128)");
 }
 
 }  // namespace
@@ -178,29 +383,102 @@ TEST(Sampler, DistributionMatchesSampling) {
   EXPECT_EQ(sampler({}, 0).distribution(logits)[1], 1.0);                     // greedy
 }
 
-}  // namespace
-
-namespace {
-
-TEST(Speculative, SampledOverTwoPipelines) {
-  const auto& dir = npullm::testing::generated_model("tiny", 21);
+TEST(Speculative, SampledWithEveryDraftKind) {
+  lm_t target(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  drafts all(target);
   const auto p = prompt();
   const sampler_config cfg{.temperature = 0.8f, .top_k = 50};
-  lm_t target(dir, {.max_sequence = 128, .decode_rows = 8});
-  lm_t twin(dir, {.max_sequence = 128, .decode_rows = 8});
-  lm_t small(one_layer_dir(), {.max_sequence = 128, .decode_rows = 8});
-  speculative_stats with_twin, with_small;
-  const auto a = speculative_generate_sampled(target, twin, p, 24, 3, cfg, 7, &with_twin);
-  EXPECT_EQ(a.size(), 24u);
-  EXPECT_EQ(target.length(), p.size() + a.size() - 1);  // KV of everything but the last token
-  for (auto t : a) EXPECT_TRUE(t >= 0 && t < 512);
-  // The twin proposes from (almost exactly) the target's distribution: nearly all accepted.
-  EXPECT_GE(with_twin.acceptance(), 0.9);
-  const auto b = speculative_generate_sampled(target, small, p, 24, 3, cfg, 7, &with_small);
-  EXPECT_EQ(b.size(), 24u);
-  EXPECT_LT(with_small.acceptance(), with_twin.acceptance());
-  // Deterministic for a seed.
-  EXPECT_EQ(speculative_generate_sampled(target, twin, p, 24, 3, cfg, 7), a);
+  all.each([&](const char* name, auto& draft, acceptance a) {
+    speculative_stats s;
+    const auto out = speculative_generate_sampled(target, draft, p, 24, 3, cfg, 7, &s);
+    EXPECT_EQ(out.size(), 24u) << name;
+    EXPECT_EQ(target.length(), p.size() + out.size() - 1) << name;  // all but the last token
+    for (auto t : out) EXPECT_TRUE(t >= 0 && t < 512) << name;
+    EXPECT_EQ(speculative_generate_sampled(target, draft, p, 24, 3, cfg, 7), out) << name;
+    // Proposals drawn from (almost exactly) the target's own distribution: nearly all accepted.
+    if (std::string(name) == "twin model" || std::string(name) == "self, all layers")
+      EXPECT_GE(s.acceptance(), 0.9) << name;
+    (void)a;
+    // The sampled path with a greedy sampler is greedy decoding.
+    EXPECT_EQ(speculative_generate_sampled(target, draft, p, new_tokens, 3, {}, 7),
+              expected().tokens)
+        << name;
+  });
+}
+
+// End to end on a 16-token vocabulary at temperature 4 (the generated model's logits are sharp:
+// at 1 one token takes ~85%): the second new token's empirical distribution over many seeds (it goes through the rejection rule: one proposal from the first-layer self draft)
+// matches the target's exact marginal sum_t1 p(t1) p(t2 | t1), by chi-squared at 0.1%
+// significance (cells with fewer than 5 expected draws merged); and, to show the test can
+// fail, it does not match the draft's marginal sum_t1 p(t1) q(t2 | t1).
+TEST(Speculative, SampledDecodingKeepsTheTargetDistributionEndToEnd) {
+  const fs::path& dir = other_dir(2, 16, 3);
+  lm_t target(dir, {.max_sequence = 16, .decode_rows = 4});
+  self_draft<lm_t> draft(target, 1);
+  const sampler_config cfg{.temperature = 4.0f};
+  const std::vector<std::int32_t> p = {3, 1, 4, 1, 5};
+  // Exact marginals of the second token under the target and under the draft's proposals.
+  const sampler dist(cfg, 0);
+  std::vector<double> target_marginal(16, 0.0), draft_marginal(16, 0.0);
+  target.reset();
+  const auto p1 = dist.distribution(target.prefill(p).logits_of(p.size() - 1));
+  for (std::int32_t t1 = 0; t1 < 16; ++t1) {
+    const std::array<std::int32_t, 1> one{t1};
+    const auto pt = dist.distribution(target.decode(one).logits_of(0));
+    target.truncate(p.size());
+    const auto qt = dist.distribution(target.decode(one, output_selection::last(), 1).logits_of(0));
+    target.truncate(p.size());
+    for (std::size_t t2 = 0; t2 < 16; ++t2) {
+      target_marginal[t2] += p1[static_cast<std::size_t>(t1)] * pt[t2];
+      draft_marginal[t2] += p1[static_cast<std::size_t>(t1)] * qt[t2];
+    }
+  }
+  const int runs = 6000;
+  std::vector<double> count(16, 0.0);
+  speculative_stats total;
+  for (int seed = 0; seed < runs; ++seed) {
+    speculative_stats s;
+    const auto out = speculative_generate_sampled(target, draft, p, 3, 2, cfg,
+                                                  static_cast<std::uint64_t>(seed), &s);
+    count[static_cast<std::size_t>(out[1])] += 1;
+    total.proposed += s.proposed;
+    total.accepted += s.accepted;
+  }
+  // Both branches of the rule ran many times.
+  EXPECT_GT(total.acceptance(), 0.1);
+  EXPECT_LT(total.acceptance(), 0.95);
+  auto chi2 = [&](const std::vector<double>& prob, std::size_t& df) {
+    double c = 0, merged_count = 0, merged_expected = 0;
+    std::size_t cells = 0;
+    for (std::size_t i = 0; i < 16; ++i) {
+      const double e = runs * prob[i];
+      if (e < 5) {
+        merged_count += count[i];
+        merged_expected += e;
+        continue;
+      }
+      c += (count[i] - e) * (count[i] - e) / e;
+      ++cells;
+    }
+    if (merged_expected > 0) {
+      c += (merged_count - merged_expected) * (merged_count - merged_expected) / merged_expected;
+      ++cells;
+    }
+    df = cells - 1;
+    return c;
+  };
+  // The 0.1% critical value of chi-squared with df degrees of freedom (Wilson-Hilferty; within
+  // 1% of the tables for df >= 3): df (1 - 2/(9 df) + z sqrt(2/(9 df)))^3, z = 3.0902.
+  auto critical = [](std::size_t df) {
+    const double d = static_cast<double>(df), a = 2.0 / (9.0 * d);
+    return d * std::pow(1.0 - a + 3.0902 * std::sqrt(a), 3.0);
+  };
+  std::size_t df = 0;
+  const double against_target = chi2(target_marginal, df);
+  ASSERT_GE(df, 3u);
+  EXPECT_LT(against_target, critical(df)) << "df " << df;
+  const double against_draft = chi2(draft_marginal, df);
+  EXPECT_GT(against_draft, critical(df)) << "df " << df;
 }
 
 }  // namespace

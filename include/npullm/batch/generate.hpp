@@ -108,12 +108,10 @@ class generator {
   using cache_type = typename detail::prefix_cache_for<table_type>::type;
 
  public:
-  explicit generator(LM& lm, generator_options options = {})
-    requires(!speculative)
+  explicit generator(LM& lm, generator_options options = {}) requires(!speculative)
       : generator(lm, nullptr, options) {}
   // Speculative decoding with `draft` (options.draft_tokens >= 1); the draft must outlive this.
-  generator(LM& lm, Draft& draft, generator_options options)
-    requires speculative
+  generator(LM& lm, Draft& draft, generator_options options) requires speculative
       : generator(lm, &draft, options) {}
   generator(const generator&) = delete;
   generator& operator=(const generator&) = delete;
@@ -238,8 +236,8 @@ class generator {
       state& s = requests_[id];
       // The context whose KV the sequence needs: the prompt, and after a preemption the tokens
       // generated since (but the last one, which is fed by the next decode step).
-      const std::span<const std::int32_t> context =
-          std::span<const std::int32_t>(s.context).first(s.context.size() - (s.out.tokens.empty() ? 0 : 1));
+      const std::span<const std::int32_t> context = std::span<const std::int32_t>(s.context).first(
+          s.context.size() - (s.out.tokens.empty() ? 0 : 1));
       const bool resumed = !s.out.tokens.empty();
       table_type table = lm_->new_sequence();
       const std::size_t covered = cache_ ? cache_->attach(table, context) : 0;
@@ -337,8 +335,9 @@ class generator {
         break;
       } catch (const error& e) {
         if (e.code() != error_code::capacity_exhausted) throw;
-        const bool proposing = std::any_of(proposals.begin(), proposals.end(),
-                                           [](const draft_proposal& d) { return !d.tokens.empty(); });
+        const bool proposing =
+            std::any_of(proposals.begin(), proposals.end(),
+                        [](const draft_proposal& d) { return !d.tokens.empty(); });
         if (proposing) {  // a plain step needs fewer blocks
           for (draft_proposal& d : proposals) d = {};
           continue;
@@ -365,8 +364,8 @@ class generator {
       const std::size_t id = running_[i].id;
       state& s = requests_[id];
       const draft_proposal& d = proposals[i];
-      const round_verdict v = verify_round(
-          [&](std::size_t j) { return out.logits_of(row + j); }, d, greedy(s) ? nullptr : &s.rng);
+      const round_verdict v = verify_round([&](std::size_t j) { return out.logits_of(row + j); }, d,
+                                           greedy(s) ? nullptr : &s.rng);
       // Keep the pending token and the accepted proposals: rejected KV is rolled back.
       table_type& table = running_[i].table;
       table.truncate(table.length() - d.tokens.size() + v.accepted);

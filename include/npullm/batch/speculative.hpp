@@ -1,43 +1,90 @@
-// Speculative decoding (greedy verification) for one sequence.
+// Speculative decoding: a draft proposes tokens, the target verifies them in one pass.
 //
-// A draft proposes k tokens after the last accepted one; the target verifies them in one
-// decode pass of k + 1 rows (output-row selection: logits for exactly those rows); the longest
-// prefix on which the target's own greedy choice agrees is accepted, plus the target's next
-// token. The KV of rejected tokens is rolled back (truncate), so the target's KV is what plain
-// decoding would have. The output is exactly plain greedy decoding's, whatever the draft.
+// A round, for a context c (prompt + tokens so far; the target's KV holds all of c but its last
+// token):
+//   1. the draft proposes m <= k tokens after c;
+//   2. the target decodes [c.back(), p0 .. p(m-1)] in one pass of m + 1 rows, with logits for
+//      exactly those rows (and their pre-norm hidden rows when the draft is a head);
+//   3. the longest prefix of the proposals the target agrees with is accepted, plus the target's
+//      own token after it: greedy, its argmax; sampled, the rejection rule of verify_sampled;
+//   4. the KV of the rejected tokens is rolled back (truncate), so the target's KV holds what
+//      plain decoding's would, and only verified tokens ever reach a prefix cache.
+// Greedy output is exactly plain greedy decoding's whatever the draft proposes; sampled output
+// is distributed as the target's sampler draws.
 //
-//   draft_source    what a draft is: start(prompt), propose(last, k), rollback(length),
-//                   feed(tokens)
-//   model_draft<LM> a smaller causal_lm (or the target's twin) as the draft
+// Drafts (draft_source: propose(context, hidden, n, rng) -> draft_proposal):
+//   model_draft<LM>   a second, smaller pipeline with its own KV. It keeps in step lazily: each
+//                     proposal first rolls its KV back to the longest prefix it shares with the
+//                     context, then feeds the rest, so the loops have no catch-up or rollback
+//                     code for drafts (and a draft survives a preempted, recomputed sequence)
+//   self_draft<LM>    the target itself through its first n layers (early exit: final norm and
+//                     LM head after layer n), written into the target's own KV and truncated
+//                     away before the verify pass rewrites those positions in every layer
+//   head_draft<Head>  a draft head (draft_head) fed by the target's pre-norm hidden row of the
+//                     last accepted row: head i proposes the token i + 1 places after the one
+//                     that row predicted (Medusa); medusa_head is one over the target's LM head
+// A draft may also offer propose_batch(queries) and forget(id): the batched generator
+// (generate.hpp) runs the same rounds for all its sequences in packed passes.
 //
-// verify_sampled is the rejection-sampling rule for sampled decoding, on explicit
-// distributions; speculative_generate_sampled runs it over two pipelines. Still to come
-// (issue 11): self-speculation from the target's first layers, a draft head fed by pre-norm
-// hidden rows, and use inside the batched generator.
+// speculative_generate (greedy) and speculative_generate_sampled run one sequence through a
+// batch-1 pipeline (causal_lm's prefill / decode / truncate).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <numeric>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/ops/linear.hpp"
+#include "npullm/ops/rms_norm.hpp"
 
 namespace npullm::batch {
 
+// What a draft proposes after a context.
+struct draft_proposal {
+  std::vector<std::int32_t> tokens;    // m tokens after the context's last one
+  std::vector<std::vector<double>> q;  // sampled: the (vocab) distribution token i was drawn
+                                       // from; empty: deterministic (point masses)
+};
+
+// A draft for one sequence. context: prompt + tokens so far (the target's KV holds all but the
+// last); hidden: the target's pre-norm hidden row of the row that produced context.back() (empty
+// unless the draft declares `static constexpr bool wants_hidden = true`); rng: draw proposals
+// with it and keep their distributions (sampled decoding), or null: greedy proposals. A draft
+// proposes at most n tokens (fewer is fine). Optional: check(vocab, max_context), called before
+// a generation changes anything, to refuse a draft that cannot serve it.
 template <class D>
-concept draft_source = requires(D& d, std::span<const std::int32_t> prompt, std::int32_t last,
-                                std::size_t n) {
-  d.start(prompt);                                                    // the context so far
-  { d.propose(last, n) } -> std::same_as<std::vector<std::int32_t>>;  // n tokens after `last`
-  d.rollback(n);                                                      // keep the first n tokens
-  d.feed(prompt);                                                     // append without proposing
-  { d.length() } -> std::convertible_to<std::size_t>;
+concept draft_source = requires(D& d, std::span<const std::int32_t> context,
+                                std::span<const float> hidden, std::size_t n, sampler* rng) {
+  { d.propose(context, hidden, n, rng) } -> std::same_as<draft_proposal>;
+};
+
+template <class D>
+inline constexpr bool draft_wants_hidden = requires {
+  requires D::wants_hidden;
+};
+
+// One sequence of a batched round, as the generator hands it to a draft's propose_batch.
+template <class Table>
+struct draft_query {
+  std::size_t id;                         // the request: a key for per-sequence draft state
+  Table* table;                           // the target's KV of the sequence: context but its last
+  std::span<const std::int32_t> context;  // prompt + tokens so far
+  std::span<const float> hidden;          // as in draft_source (empty unless wanted)
+  std::size_t n;                          // proposals wanted (0: none)
+  sampler* rng;                           // sampled request: draw with it; null: greedy
 };
 
 // Greedy token of a logits row (first largest).
@@ -45,38 +92,24 @@ inline std::int32_t greedy_token(std::span<const float> logits) {
   return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// A causal_lm as the draft: greedy proposals, KV kept in step with the accepted tokens.
-template <class LM>
-class model_draft {
- public:
-  explicit model_draft(LM& lm) noexcept : lm_(&lm) {}
-  void start(std::span<const std::int32_t> prompt) {
-    lm_->reset();
-    lm_->prefill(prompt, output_selection::none());
+// Appends a draft token chosen from a logits row: greedy, or drawn with rng (its distribution
+// kept in q). Returns the token.
+inline std::int32_t draw_into(draft_proposal& out, std::span<const float> logits, sampler* rng) {
+  std::int32_t t = 0;
+  if (rng == nullptr) {
+    t = greedy_token(logits);
+  } else {
+    out.q.push_back(rng->distribution(logits));
+    t = rng->sample_from(out.q.back());
   }
-  std::vector<std::int32_t> propose(std::int32_t last, std::size_t n) {
-    std::vector<std::int32_t> out;
-    std::int32_t x = last;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::array<std::int32_t, 1> one{x};
-      x = greedy_token(lm_->decode(one).logits_of(0));
-      out.push_back(x);
-    }
-    return out;
-  }
-  void rollback(std::size_t n) { lm_->truncate(n); }
-  [[nodiscard]] std::size_t length() const { return lm_->length(); }
-  // Feeds tokens without proposing (to catch up after all proposals were accepted).
-  void feed(std::span<const std::int32_t> ids) { lm_->decode(ids, output_selection::none()); }
-
- private:
-  LM* lm_;
-};
+  out.tokens.push_back(t);
+  return t;
+}
 
 struct speculative_stats {
-  std::size_t rounds = 0;
-  std::size_t proposed = 0;
-  std::size_t accepted = 0;
+  std::size_t rounds = 0;    // verify passes
+  std::size_t proposed = 0;  // draft tokens verified
+  std::size_t accepted = 0;  // draft tokens accepted
   [[nodiscard]] double acceptance() const noexcept {
     return proposed == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(proposed);
   }
@@ -116,108 +149,511 @@ inline std::vector<std::int32_t> verify_sampled(std::span<const std::vector<doub
   return out;
 }
 
-// Greedy speculative decoding of max_new_tokens after prompt with k proposals per round.
-// The target's decode shape must hold k + 1 rows.
+// One sequence's verdict on a round.
+struct round_verdict {
+  std::size_t accepted = 0;          // proposals accepted
+  std::vector<std::int32_t> tokens;  // the accepted proposals, then the target's own next token
+};
+
+// Judges a round: logits_of(i) is the target's logits row after the round's token i (i = 0:
+// the context's last token, i = 1..m: proposal i - 1), so row i checks proposal i. rng null:
+// greedy (the argmax must agree); otherwise verify_sampled with the target's distributions
+// (a deterministic proposal's q is a point mass).
+template <class Rows>
+round_verdict verify_round(const Rows& logits_of, const draft_proposal& d, sampler* rng) {
+  const std::size_t m = d.tokens.size();
+  round_verdict v;
+  if (rng == nullptr) {
+    while (v.accepted < m && greedy_token(logits_of(v.accepted)) == d.tokens[v.accepted])
+      ++v.accepted;
+    v.tokens.assign(d.tokens.begin(), d.tokens.begin() + static_cast<std::ptrdiff_t>(v.accepted));
+    v.tokens.push_back(greedy_token(logits_of(v.accepted)));
+    return v;
+  }
+  std::vector<std::vector<double>> p;
+  for (std::size_t i = 0; i <= m; ++i) p.push_back(rng->distribution(logits_of(i)));
+  std::vector<std::vector<double>> point;
+  if (d.q.empty()) {
+    for (std::int32_t t : d.tokens) {
+      point.emplace_back(p[0].size(), 0.0);
+      point.back()[static_cast<std::size_t>(t)] = 1.0;
+    }
+  }
+  v.tokens = verify_sampled(p, d.q.empty() ? point : d.q, d.tokens, *rng, &v.accepted);
+  return v;
+}
+
+// Refuses a proposal that does not fit the round: more tokens than asked, tokens outside the
+// vocabulary, or distributions that do not match the tokens.
+inline void check_proposal(const draft_proposal& d, std::size_t asked, std::size_t vocab) {
+  if (d.tokens.size() > asked) {
+    raise(error_code::invalid_argument, "speculative: the draft proposed ", d.tokens.size(),
+          " tokens; ", asked, " were asked for");
+  }
+  for (std::size_t i = 0; i < d.tokens.size(); ++i) {
+    if (d.tokens[i] < 0 || static_cast<std::size_t>(d.tokens[i]) >= vocab) {
+      raise(error_code::invalid_argument, "speculative: draft token ", d.tokens[i], " at ", i,
+            " outside the vocabulary of ", vocab);
+    }
+  }
+  if (!d.q.empty() && d.q.size() != d.tokens.size()) {
+    raise(error_code::invalid_argument, "speculative: the draft gave ", d.q.size(),
+          " distributions for ", d.tokens.size(), " tokens");
+  }
+  for (std::size_t i = 0; i < d.q.size(); ++i) {
+    if (d.q[i].size() != vocab) {
+      raise(error_code::invalid_argument, "speculative: draft distribution ", i, " has ",
+            d.q[i].size(), " entries for a vocabulary of ", vocab);
+    }
+  }
+}
+
+// ---- drafts -----------------------------------------------------------------------------------
+
+// A causal_lm as the draft. One sequence: its own single-sequence KV. Batched (block KV): a
+// block table per request from its own pool, fed in packed steps.
+template <class LM>
+class model_draft {
+ public:
+  explicit model_draft(LM& lm) noexcept : lm_(&lm) {}
+
+  void check(std::size_t vocab, std::size_t max_context) const {
+    if (lm_->config().vocab_size != vocab) {
+      raise(error_code::invalid_argument, "model_draft: the draft's vocabulary of ",
+            lm_->config().vocab_size, " differs from the target's ", vocab);
+    }
+    if (lm_->capacity() < max_context) {
+      raise(error_code::capacity_exhausted, "model_draft: the draft holds ", lm_->capacity(),
+            " tokens; the generation needs ", max_context);
+    }
+  }
+
+  draft_proposal propose(std::span<const std::int32_t> context, std::span<const float>,
+                         std::size_t n, sampler* rng) {
+    draft_proposal out;
+    if (n == 0) return out;
+    // Keep the KV of the longest prefix shared with the context (never all of it: the last
+    // token is fed again for its logits); the draft's last proposals usually go here.
+    std::size_t keep = lm_->length() == fed_.size() ? shared_prefix(fed_, context) : 0;
+    keep = std::min(keep, context.size() - 1);
+    const auto rest = context.subspan(keep);
+    step_output s;
+    if (keep == 0) {
+      lm_->reset();
+      fed_.clear();
+      s = lm_->prefill(rest);
+    } else {
+      lm_->truncate(keep);
+      fed_.resize(keep);
+      s = rest.size() <= lm_->decode_rows() ? lm_->decode(rest) : lm_->prefill(rest);
+    }
+    fed_.insert(fed_.end(), rest.begin(), rest.end());
+    std::int32_t x = draw_into(out, s.logits_of(rest.size() - 1), rng);
+    for (std::size_t i = 1; i < n; ++i) {
+      const std::array<std::int32_t, 1> one{x};
+      const step_output next = lm_->decode(one);
+      fed_.push_back(x);
+      x = draw_into(out, next.logits_of(0), rng);
+    }
+    return out;
+  }
+
+  // Every query's proposals in packed steps of the draft pipeline: the first step brings each
+  // request's table up to its context (and draws proposal 0), then one token per request a
+  // step. A request whose catch-up does not fit the draft's pool proposes nothing this round;
+  // a later step that does not fit ends every proposal there (proposals are only a guess).
+  template <class Table>
+  std::vector<draft_proposal> propose_batch(
+      std::span<const draft_query<Table>> queries) requires LM::blocks {
+    using input = typename LM::sequence_input;
+    std::vector<draft_proposal> out(queries.size());
+    std::vector<std::size_t> live;  // queries still proposing
+    {
+      std::vector<input> inputs;
+      std::vector<std::size_t> who;
+      std::size_t rows = 0;
+      auto flush = [&] {
+        if (inputs.empty()) return;
+        try {
+          const auto logits = lm_->step_sequences(inputs);
+          for (std::size_t j = 0; j < who.size(); ++j) {
+            const draft_query<Table>& q = queries[who[j]];
+            lane& l = lanes_.at(q.id);
+            l.fed.insert(l.fed.end(), inputs[j].ids.begin(), inputs[j].ids.end());
+            draw_into(out[who[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng);
+            live.push_back(who[j]);
+          }
+        } catch (const error& e) {
+          if (e.code() != error_code::capacity_exhausted) throw;
+        }
+        inputs.clear();
+        who.clear();
+        rows = 0;
+      };
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        const draft_query<Table>& q = queries[i];
+        if (q.n == 0) continue;
+        auto it = lanes_.find(q.id);
+        if (it == lanes_.end()) it = lanes_.emplace(q.id, lane{lm_->new_sequence(), {}}).first;
+        lane& l = it->second;
+        const std::size_t keep = std::min(shared_prefix(l.fed, q.context), q.context.size() - 1);
+        l.table.truncate(keep);
+        l.fed.resize(keep);
+        const auto rest = q.context.subspan(keep);
+        if (rows + rest.size() > lm_->step_rows()) flush();
+        inputs.push_back({&l.table, rest});
+        who.push_back(i);
+        rows += rest.size();
+      }
+      flush();
+    }
+    std::sort(live.begin(), live.end());
+    for (std::size_t step = 1;; ++step) {
+      std::erase_if(live, [&](std::size_t i) { return queries[i].n <= step; });
+      if (live.empty()) break;
+      std::vector<std::int32_t> last(live.size());  // stable storage for the inputs' ids
+      std::vector<input> inputs;
+      for (std::size_t j = 0; j < live.size(); ++j) {
+        last[j] = out[live[j]].tokens.back();
+        inputs.push_back({&lanes_.at(queries[live[j]].id).table, {&last[j], 1}});
+      }
+      tensor<float, 2> logits;
+      try {
+        logits = lm_->step_sequences(inputs);
+      } catch (const error& e) {
+        if (e.code() != error_code::capacity_exhausted) throw;
+        break;
+      }
+      for (std::size_t j = 0; j < live.size(); ++j) {
+        const draft_query<Table>& q = queries[live[j]];
+        lanes_.at(q.id).fed.push_back(last[j]);
+        draw_into(out[live[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng);
+      }
+    }
+    return out;
+  }
+
+  // A request left the batch: its draft KV goes back to the pool.
+  void forget(std::size_t id) { lanes_.erase(id); }
+
+ private:
+  // The pipeline's block table type (whatever allocator its pool uses).
+  using table_type = std::remove_pointer_t<decltype(LM::sequence_input::table)>;
+  struct lane {
+    table_type table;
+    std::vector<std::int32_t> fed;  // the tokens whose KV the table holds
+  };
+  static std::size_t shared_prefix(const std::vector<std::int32_t>& fed,
+                                   std::span<const std::int32_t> context) {
+    const std::size_t n = std::min(fed.size(), context.size());
+    return static_cast<std::size_t>(
+        std::mismatch(fed.begin(), fed.begin() + static_cast<std::ptrdiff_t>(n), context.begin())
+            .first -
+        fed.begin());
+  }
+
+  LM* lm_;
+  std::vector<std::int32_t> fed_;      // the tokens whose KV the single-sequence draft holds
+  std::map<std::size_t, lane> lanes_;  // batched: per request
+};
+
+// Self-speculation: the target through its first `layers` layers proposes. Its draft steps
+// append to the target's own KV (one sequence: the pipeline's sequence; batched: each request's
+// table) and are truncated away before the verify pass. That pass then writes every layer of
+// those positions again: the accepted tokens' first-layer K/V come out the same as the draft's
+// (a layer's K/V at a position depend only on the tokens up to it and the layers below), the
+// upper layers' stale values are overwritten, and no draft KV is left past the verified length.
+// (Keeping the draft's first-layer K/V and starting the verify pass at layer `layers` would
+// save that recomputation; the pipeline does not take a start layer.)
+template <class LM>
+class self_draft {
+ public:
+  self_draft(LM& target, std::size_t layers) : lm_(&target), layers_(layers) {
+    if (layers > target.config().num_hidden_layers) {
+      raise(error_code::invalid_argument, "self_draft: ", layers, " layers; the target has ",
+            target.config().num_hidden_layers);
+    }
+  }
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_; }
+
+  draft_proposal propose(std::span<const std::int32_t> context, std::span<const float>,
+                         std::size_t n, sampler* rng) {
+    draft_proposal out;
+    const rollback undo{lm_, lm_->length()};
+    std::int32_t x = context.back();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::array<std::int32_t, 1> one{x};
+      x = draw_into(out, lm_->decode(one, output_selection::last(), layers_).logits_of(0), rng);
+    }
+    return out;
+  }
+
+  // Batched: one packed early-exit step per proposal over the queries' own tables, then every
+  // table back to its length. A step that does not fit the pool ends the proposals there.
+  template <class Table>
+  std::vector<draft_proposal> propose_batch(
+      std::span<const draft_query<Table>> queries) requires LM::blocks {
+    std::vector<draft_proposal> out(queries.size());
+    std::vector<std::size_t> base(queries.size());
+    for (std::size_t i = 0; i < queries.size(); ++i) base[i] = queries[i].table->length();
+    struct restore {
+      std::span<const draft_query<Table>> q;
+      const std::vector<std::size_t>& base;
+      ~restore() {
+        for (std::size_t i = 0; i < q.size(); ++i) q[i].table->truncate(base[i]);
+      }
+    } undo{queries, base};
+    for (std::size_t step = 0;; ++step) {
+      std::vector<std::size_t> live;
+      std::vector<std::int32_t> last;
+      for (std::size_t i = 0; i < queries.size(); ++i) {
+        if (queries[i].n <= step) continue;
+        live.push_back(i);
+        last.push_back(step == 0 ? queries[i].context.back() : out[i].tokens.back());
+      }
+      if (live.empty()) break;
+      std::vector<typename LM::sequence_input> inputs;
+      for (std::size_t j = 0; j < live.size(); ++j)
+        inputs.push_back({queries[live[j]].table, {&last[j], 1}});
+      step_output s;
+      try {
+        s = lm_->step_sequences(inputs, output_selection::all_rows(), layers_);
+      } catch (const error& e) {
+        if (e.code() != error_code::capacity_exhausted) throw;
+        break;
+      }
+      for (std::size_t j = 0; j < live.size(); ++j)
+        draw_into(out[live[j]], s.logits_of(j), queries[live[j]].rng);
+    }
+    return out;
+  }
+
+ private:
+  struct rollback {
+    LM* lm;
+    std::size_t length;
+    ~rollback() { lm->truncate(length); }
+  };
+  LM* lm_;
+  std::size_t layers_;
+};
+
+// A draft head: maps the target's pre-norm hidden row h_t (hidden_size) at position t, whose
+// LM-head logits predict token t + 1, to logits (vocab) for token t + 2 + i with head i.
+template <class H>
+concept draft_head = requires(const H& h, std::span<const float> hidden, std::size_t i) {
+  { h.heads() } -> std::convertible_to<std::size_t>;
+  { h.vocab() } -> std::convertible_to<std::size_t>;
+  { h.hidden_size() } -> std::convertible_to<std::size_t>;
+  { h.logits(hidden, i) } -> std::same_as<std::vector<float>>;
+};
+
+// A draft from a head: proposal i is head i's token for the hidden row that produced the
+// context's last token, so it needs no KV and no catch-up; at most heads() proposals a round.
+template <draft_head H>
+class head_draft {
+ public:
+  static constexpr bool wants_hidden = true;
+  explicit head_draft(const H& head) noexcept : head_(&head) {}
+
+  void check(std::size_t vocab, std::size_t) const {
+    if (head_->vocab() != vocab) {
+      raise(error_code::invalid_argument, "head_draft: the head's vocabulary of ", head_->vocab(),
+            " differs from the target's ", vocab);
+    }
+  }
+
+  draft_proposal propose(std::span<const std::int32_t>, std::span<const float> hidden,
+                         std::size_t n, sampler* rng) const {
+    if (hidden.size() != head_->hidden_size()) {
+      raise(error_code::invalid_shape, "head_draft: a hidden row of ", hidden.size(),
+            " values for a head of hidden size ", head_->hidden_size());
+    }
+    draft_proposal out;
+    const std::size_t m = std::min<std::size_t>(n, head_->heads());
+    for (std::size_t i = 0; i < m; ++i) draw_into(out, head_->logits(hidden, i), rng);
+    return out;
+  }
+
+ private:
+  const H* head_;
+};
+
+// Medusa-style heads over a target's final norm and LM head (views of its weights, which must
+// outlive the head): head i maps the pre-norm hidden row h to
+//   logits_i = lm_head(rms_norm(h + silu(w_i h)))          w_i (hidden, hidden), own weights
+// w_i = 0 gives the target's own next-token logits (Medusa's start before training).
+template <storage_type W>
+class medusa_head {
+ public:
+  medusa_head(dense_view<const W, 1> final_norm, dense_view<const W, 2> lm_head, float eps,
+              std::vector<tensor<float, 2>> w)
+      : norm_(final_norm), lm_head_(lm_head), eps_(eps), w_(std::move(w)) {
+    const std::size_t h = lm_head.extent(1);
+    if (final_norm.extent(0) != h) {
+      raise(error_code::invalid_shape, "medusa_head: final norm of ", final_norm.extent(0),
+            " for an LM head of hidden size ", h);
+    }
+    if (w_.empty()) raise(error_code::invalid_argument, "medusa_head: no heads");
+    for (std::size_t i = 0; i < w_.size(); ++i) {
+      if (w_[i].extent(0) != h || w_[i].extent(1) != h) {
+        raise(error_code::invalid_shape, "medusa_head: head ", i, " is ",
+              npullm::detail::format_extents(w_[i].view().extents()), ", not (", h, ", ", h, ")");
+      }
+    }
+  }
+  [[nodiscard]] std::size_t heads() const noexcept { return w_.size(); }
+  [[nodiscard]] std::size_t vocab() const noexcept { return lm_head_.extent(0); }
+  [[nodiscard]] std::size_t hidden_size() const noexcept { return lm_head_.extent(1); }
+
+  [[nodiscard]] std::vector<float> logits(std::span<const float> hidden, std::size_t i) const {
+    const std::size_t h = hidden_size();
+    if (i >= heads() || hidden.size() != h) {
+      raise(error_code::out_of_range, "medusa_head: head ", i, " of ", heads(), ", hidden row of ",
+            hidden.size(), " for hidden size ", h);
+    }
+    tensor<float, 2> x(1, h), y(1, h);  // (1, hidden)
+    std::copy(hidden.begin(), hidden.end(), x.data());
+    ops::linear<float>(std::as_const(x).view(), w_[i].view(), y.view());
+    for (std::size_t j = 0; j < h; ++j) {
+      const float v = y.data()[j];
+      x.data()[j] += v / (1.0f + std::exp(-v));
+    }
+    ops::rms_norm<W>(std::as_const(x).view(), norm_, eps_, x.view());
+    std::vector<float> out(vocab());
+    ops::linear<W>(std::as_const(x).view(), lm_head_, dense_view<float, 2>(out.data(), 1, vocab()));
+    return out;
+  }
+
+ private:
+  dense_view<const W, 1> norm_;
+  dense_view<const W, 2> lm_head_;
+  float eps_;
+  std::vector<tensor<float, 2>> w_;
+};
+
+// ---- one sequence ---------------------------------------------------------------------------
+
+namespace detail {
+
+template <class Target, class Draft>
+void check_speculation(const char* who, const Target& target, const Draft& draft,
+                       std::span<const std::int32_t> prompt, std::size_t max_new_tokens,
+                       std::size_t k) {
+  if (k == 0 || max_new_tokens == 0) {
+    raise(error_code::invalid_argument, who, ": k ", k, " and max_new_tokens ", max_new_tokens,
+          " must be > 0");
+  }
+  if (prompt.empty()) raise(error_code::invalid_argument, who, ": empty prompt");
+  const std::size_t vocab = target.config().vocab_size;
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || static_cast<std::size_t>(prompt[i]) >= vocab) {
+      raise(error_code::invalid_argument, who, ": prompt token ", prompt[i], " at ", i,
+            " outside the vocabulary of ", vocab);
+    }
+  }
+  if (k + 1 > target.decode_rows()) {
+    raise(error_code::invalid_argument, who, ": k ", k, " needs a decode shape of ", k + 1,
+          " rows; the target's has ", target.decode_rows());
+  }
+  // The KV holds the prompt and every new token but the last.
+  const std::size_t context = prompt.size() + max_new_tokens - 1;
+  if (context > target.capacity()) {
+    raise(error_code::capacity_exhausted, who, ": prompt of ", prompt.size(), " + ", max_new_tokens,
+          " new tokens exceeds the target's capacity of ", target.capacity());
+  }
+  if constexpr (requires { draft.check(vocab, context); }) draft.check(vocab, context);
+}
+
+// The rounds of speculative decoding for one sequence (see the top of the file). target_rng /
+// draft_rng null: greedy. Returns the max_new_tokens new tokens; the target's KV then holds the
+// prompt and every new token but the last, as after plain decoding.
+template <class Target, draft_source Draft>
+std::vector<std::int32_t> speculate(const char* who, Target& target, Draft& draft,
+                                    std::span<const std::int32_t> prompt,
+                                    std::size_t max_new_tokens, std::size_t k, sampler* target_rng,
+                                    sampler* draft_rng, speculative_stats* stats) {
+  check_speculation(who, target, draft, prompt, max_new_tokens, k);
+  constexpr bool hidden_wanted = draft_wants_hidden<Draft>;
+  const std::size_t vocab = target.config().vocab_size;
+  auto pick = [&](std::span<const float> logits) {
+    return target_rng ? target_rng->sample(logits) : greedy_token(logits);
+  };
+
+  target.reset();
+  // Prefill keeps only what the draft needs: the last row's logits (and its hidden row).
+  auto first = output_selection::last();
+  if (hidden_wanted) first.hidden_last();
+  const step_output pre = target.prefill(prompt, first);
+  std::vector<std::int32_t> context(prompt.begin(), prompt.end());
+  context.push_back(pick(pre.logits_of(prompt.size() - 1)));
+  std::vector<float> hidden;
+  if constexpr (hidden_wanted) {
+    const auto h = pre.hidden_of(prompt.size() - 1);
+    hidden.assign(h.begin(), h.end());
+  }
+
+  speculative_stats local;
+  const std::size_t end = prompt.size() + max_new_tokens;
+  while (context.size() < end) {
+    // Never more than the round can emit: the accepted proposals and one target token.
+    const std::size_t asked = std::min(k, end - context.size() - 1);
+    const draft_proposal d =
+        asked == 0 ? draft_proposal{} : draft.propose(context, hidden, asked, draft_rng);
+    check_proposal(d, asked, vocab);
+    const std::size_t m = d.tokens.size();
+    std::vector<std::int32_t> ids{context.back()};
+    ids.insert(ids.end(), d.tokens.begin(), d.tokens.end());
+    std::vector<std::size_t> rows(m + 1);
+    std::iota(rows.begin(), rows.end(), std::size_t{0});
+    output_selection sel;
+    sel.logits_for(rows);
+    if (hidden_wanted) sel.hidden_for(rows);
+    const std::size_t base = target.length();  // context but its last token
+    const step_output v = target.decode(ids, sel);
+    const round_verdict r =
+        verify_round([&](std::size_t i) { return v.logits_of(i); }, d, target_rng);
+    target.truncate(base + 1 + r.accepted);  // rejected KV rolled back
+    context.insert(context.end(), r.tokens.begin(), r.tokens.end());
+    if constexpr (hidden_wanted) {
+      const auto h = v.hidden_of(r.accepted);
+      hidden.assign(h.begin(), h.end());
+    }
+    ++local.rounds;
+    local.proposed += m;
+    local.accepted += r.accepted;
+  }
+  if (stats) *stats = local;
+  return {context.begin() + static_cast<std::ptrdiff_t>(prompt.size()), context.end()};
+}
+
+}  // namespace detail
+
+// Greedy speculative decoding of max_new_tokens after prompt with up to k proposals a round:
+// exactly plain greedy decoding's tokens. The target's decode shape must hold k + 1 rows.
+// Arguments are checked before the target changes (invalid_argument / capacity_exhausted).
 template <class Target, draft_source Draft>
 std::vector<std::int32_t> speculative_generate(Target& target, Draft& draft,
                                                std::span<const std::int32_t> prompt,
                                                std::size_t max_new_tokens, std::size_t k,
                                                speculative_stats* stats = nullptr) {
-  if (k == 0 || max_new_tokens == 0) {
-    raise(error_code::invalid_argument, "speculative_generate: k ", k, " and max_new_tokens ",
-          max_new_tokens, " must be > 0");
-  }
-  target.reset();
-  std::vector<std::int32_t> out;
-  out.push_back(greedy_token(target.prefill(prompt).logits_of(prompt.size() - 1)));
-  draft.start(prompt);
-  speculative_stats local;
-  while (out.size() < max_new_tokens) {
-    const std::size_t base = target.length();  // KV holds prompt + out[0 .. end-1)
-    const std::int32_t last = out.back();
-    const std::vector<std::int32_t> proposal =
-        draft.propose(last, k);  // draft fed last, p0..p(k-2)
-    std::vector<std::int32_t> verify{last};
-    verify.insert(verify.end(), proposal.begin(), proposal.end());
-    const step_output v = target.decode(verify, output_selection::all_rows());
-    std::size_t accepted = 0;
-    while (accepted < k && greedy_token(v.logits_of(accepted)) == proposal[accepted]) ++accepted;
-    // The target keeps last + the accepted proposals; its own next token follows them.
-    target.truncate(base + 1 + accepted);
-    for (std::size_t i = 0; i < accepted && out.size() < max_new_tokens; ++i)
-      out.push_back(proposal[i]);
-    if (out.size() < max_new_tokens) out.push_back(greedy_token(v.logits_of(accepted)));
-    // The draft keeps the same tokens: it has last, p0..p(k-2); all accepted -> feed p(k-1).
-    if (accepted == k) {
-      draft.feed(std::span<const std::int32_t>(&proposal[k - 1], 1));
-    } else {
-      draft.rollback(base + 1 + accepted);
-    }
-    ++local.rounds;
-    local.proposed += k;
-    local.accepted += accepted;
-  }
-  // Both hold the KV of everything but the last output token, as after plain decoding.
-  target.truncate(prompt.size() + out.size() - 1);
-  if (stats) *stats = local;
-  return out;
+  return detail::speculate("speculative_generate", target, draft, prompt, max_new_tokens, k,
+                           nullptr, nullptr, stats);
 }
 
-// Sampled speculative decoding over two pipelines: the draft samples k tokens with its own
-// sampler (keeping their distributions q), the target's distributions p for the k + 1 rows come
-// from one decode pass, and verify_sampled accepts or resamples; rejected KV is rolled back on
-// both sides. Each output token is distributed as the target's sampler would draw it.
-template <class Target, class DraftLM>
-std::vector<std::int32_t> speculative_generate_sampled(Target& target, DraftLM& draft,
+// Sampled speculative decoding: the draft draws its proposals with its own sampler (seeded from
+// seed) and keeps their distributions q; verify_sampled accepts or resamples with the target's.
+// Each token is distributed as the target's sampler (config) would draw it.
+template <class Target, draft_source Draft>
+std::vector<std::int32_t> speculative_generate_sampled(Target& target, Draft& draft,
                                                        std::span<const std::int32_t> prompt,
                                                        std::size_t max_new_tokens, std::size_t k,
                                                        const sampler_config& config,
                                                        std::uint64_t seed,
                                                        speculative_stats* stats = nullptr) {
-  if (k == 0 || max_new_tokens == 0) {
-    raise(error_code::invalid_argument, "speculative_generate_sampled: k ", k,
-          " and max_new_tokens ", max_new_tokens, " must be > 0");
-  }
   sampler target_rng(config, seed), draft_rng(config, seed ^ 0x9e3779b97f4a7c15ull);
-  target.reset();
-  std::vector<std::int32_t> out{
-      target_rng.sample(target.prefill(prompt).logits_of(prompt.size() - 1))};
-  draft.reset();
-  draft.prefill(prompt, output_selection::none());
-  speculative_stats local;
-  while (out.size() < max_new_tokens) {
-    const std::size_t base = target.length();
-    std::vector<std::int32_t> proposal;
-    std::vector<std::vector<double>> q, p;
-    std::int32_t x = out.back();
-    for (std::size_t i = 0; i < k; ++i) {
-      const std::array<std::int32_t, 1> one{x};
-      q.push_back(draft_rng.distribution(draft.decode(one).logits_of(0)));
-      x = draft_rng.sample_from(q.back());
-      proposal.push_back(x);
-    }
-    std::vector<std::int32_t> verify{out.back()};
-    verify.insert(verify.end(), proposal.begin(), proposal.end());
-    const step_output v = target.decode(verify, output_selection::all_rows());
-    for (std::size_t i = 0; i <= k; ++i) p.push_back(target_rng.distribution(v.logits_of(i)));
-    std::size_t accepted = 0;
-    const std::vector<std::int32_t> tokens = verify_sampled(p, q, proposal, target_rng, &accepted);
-    target.truncate(base + 1 + accepted);
-    if (accepted == k) {
-      draft.decode(std::span<const std::int32_t>(&proposal[k - 1], 1), output_selection::none());
-    } else {
-      draft.truncate(base + 1 + accepted);
-    }
-    for (std::int32_t t : tokens) {
-      if (out.size() < max_new_tokens) out.push_back(t);
-    }
-    ++local.rounds;
-    local.proposed += k;
-    local.accepted += accepted;
-  }
-  target.truncate(prompt.size() + out.size() - 1);
-  if (stats) *stats = local;
-  return out;
+  return detail::speculate("speculative_generate_sampled", target, draft, prompt, max_new_tokens, k,
+                           &target_rng, &draft_rng, stats);
 }
 
 }  // namespace npullm::batch
