@@ -1,7 +1,8 @@
 # The README's commands. Each installs missing Debian packages first (as root).
 JOBS ?= $(shell nproc)
+QUICK ?= 0
 
-.PHONY: test demo deps build clean
+.PHONY: test demo bench deps build clean
 
 deps:
 	@scripts/install-deps.sh
@@ -22,6 +23,13 @@ demo: deps
 	cmake --build --preset release -j $(JOBS) --target npullm_demo npullm_rerank
 	./build/release/examples/npullm_demo
 	./build/release/examples/npullm_rerank
+
+# Every benchmark against the machine's limits measured in the same run: build/bench/report.md,
+# plots (PNG, gnuplot) and the raw JSON. QUICK=1: a representative subset (minutes, not an hour).
+# BENCH_BUILD_DIR (default build/release) and BENCH_OUT (default build/bench) move them.
+bench:
+	@scripts/install-deps.sh --bench
+	@QUICK=$(QUICK) JOBS=$(JOBS) scripts/bench.sh
 
 clean:
 	rm -rf build

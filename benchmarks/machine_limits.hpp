@@ -8,6 +8,7 @@
 // per thread count: every thread runs the same loop at the same time (a spin barrier starts
 // them together) and the slowest thread's time counts. Each figure is the best of several
 // repetitions: the limit the machine reached, which a kernel can be compared against.
+// `make bench` measures them once per run and hands them to every binary (NPULLM_BENCH_LIMITS).
 #pragma once
 
 #include <algorithm>
@@ -15,7 +16,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +28,8 @@
 
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/tensor.hpp"
+
+#include <nlohmann/json.hpp>
 
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__FMA__)
 #include <immintrin.h>
@@ -247,10 +253,42 @@ inline machine_limits measure_machine_limits(std::size_t threads, int repetition
   return m;
 }
 
-// Measured once per thread count per process, then reused.
+// Limits recorded by an earlier process of the same run: the Google Benchmark JSON of
+// `bench_core --benchmark_filter=^machine_limits/` (rows machine_limits/threads:<n> with the
+// counters read_GBps, triad_GBps, fma_GFLOPs, bf16_GFLOPs), named by the environment variable
+// NPULLM_BENCH_LIMITS. `make bench` sets it, so that every binary of a run divides by the same
+// limits that report.md and the roofline show. Empty when the variable is unset; a thread count
+// the file lacks is measured in this process.
+inline std::map<std::size_t, machine_limits> recorded_limits() {
+  std::map<std::size_t, machine_limits> out;
+  const char* path = std::getenv("NPULLM_BENCH_LIMITS");
+  if (path == nullptr || *path == '\0') return out;
+  std::ifstream in(path);
+  const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!in || doc.is_discarded() || !doc.contains("benchmarks")) {
+    std::fprintf(stderr, "npullm: NPULLM_BENCH_LIMITS=%s is not a benchmark JSON; measuring\n",
+                 path);
+    return out;
+  }
+  const std::string prefix = "machine_limits/threads:";
+  for (const auto& b : doc["benchmarks"]) {
+    const std::string name = b.value("name", "");
+    if (name.rfind(prefix, 0) != 0 || b.value("error_occurred", false)) continue;
+    machine_limits m;
+    m.threads = std::strtoull(name.c_str() + prefix.size(), nullptr, 10);
+    m.read_gbps = b.value("read_GBps", 0.0);
+    m.triad_gbps = b.value("triad_GBps", 0.0);
+    m.fma_gflops = b.value("fma_GFLOPs", 0.0);
+    m.bf16_gflops = b.value("bf16_GFLOPs", 0.0);
+    if (m.threads > 0 && m.read_gbps > 0 && m.fma_gflops > 0) out[m.threads] = m;
+  }
+  return out;
+}
+
+// Measured once per thread count per process (or read from NPULLM_BENCH_LIMITS), then reused.
 inline const machine_limits& limits_for(std::size_t threads) {
   static std::mutex mutex;
-  static std::map<std::size_t, machine_limits> cache;
+  static std::map<std::size_t, machine_limits> cache = recorded_limits();
   std::lock_guard lock(mutex);
   auto it = cache.find(threads);
   if (it == cache.end()) it = cache.emplace(threads, measure_machine_limits(threads)).first;

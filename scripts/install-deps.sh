@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages npullm's build, tests, benchmarks and demo need.
+# Installs the Debian packages npullm's build, tests, benchmarks and demo need; with --bench,
+# also what `make bench` draws its plots with (`make test` and `make demo` do not need it).
 # Idempotent: installs only what is missing, runs `apt-get update` only when it must install.
 set -euo pipefail
 
@@ -12,6 +13,12 @@ packages=(
   libgtest-dev                    # tests
   libbenchmark-dev                # benchmarks
 )
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(
+    gnuplot-nox                   # make bench: PNG plots (pngcairo terminal, no X11)
+    fonts-dejavu-core             # the plots' font
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
