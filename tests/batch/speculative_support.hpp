@@ -17,10 +17,24 @@
 #include <vector>
 
 #include "npullm/batch/speculative.hpp"
+#include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/safetensors.hpp"
+#include "support.hpp"
 
 namespace npullm::testing {
+
+// The target model of the speculative tests (the tiny preset: 2 layers, vocabulary 512).
+inline const std::filesystem::path& target_dir() {
+  return generated_model("tiny", 21);
+}
+
+// The pipelines of the speculative tests: f32 weights, f32 KV in one contiguous cache or in
+// blocks of 8 tokens.
+using contiguous_lm = model::causal_lm<
+    model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
+using block_lm = model::causal_lm<
+    model::pipeline_config<model::block_kv<float, 8>, model::dynamic_attention<>, float>>;
 
 // A plain greedy run through the single-sequence API: `tokens` are the new tokens; hidden[j] is
 // the pre-norm hidden row that produced tokens[j] (the prompt's last row, then each fed token's).
@@ -178,6 +192,57 @@ struct medusa_fixture {
                  std::uint64_t seed)
       : file(model::safetensors_model::open(dir)),
         head(make(file, model::load_config(dir), heads, scale, seed)) {}
+};
+
+enum class acceptance { all, none, any };
+
+// Every kind of draft for one target (a 2-layer model), with the acceptance each must show on
+// greedy decoding: a second model (the target's twin: always right; a 1-layer model), the
+// target's first layer and all its layers (always right), Medusa heads, and the oracles.
+template <class LM>
+struct draft_set {
+  LM& target;
+  LM twin, small;
+  batch::model_draft<LM> twin_draft{twin}, small_draft{small};
+  batch::self_draft<LM> first_layer{target, 1}, all_layers{target, 2};
+  medusa_fixture medusa;
+  batch::head_draft<batch::medusa_head<float>> medusa_draft{medusa.head};
+  oracle_draft right, wrong;
+  oracle_head right_head, wrong_head;
+  batch::head_draft<oracle_head> right_head_draft{right_head}, wrong_head_draft{wrong_head};
+
+  // runs: the plain greedy runs the oracles answer from.
+  draft_set(LM& t, const std::filesystem::path& target_dir, const std::filesystem::path& small_dir,
+            const model::pipeline_options& options, const std::vector<plain_run>& runs)
+      : target(t),
+        twin(target_dir, options),
+        small(small_dir, options),
+        medusa(target_dir, 4, 0.05f, 5),
+        right{sequences_of(runs), false},
+        wrong{sequences_of(runs), true},
+        right_head(runs, false),
+        wrong_head(runs, true) {}
+
+  // Calls fn(name, draft, expected acceptance) for each.
+  template <class Fn>
+  void each(Fn&& fn) {
+    fn("twin model", twin_draft, acceptance::all);
+    fn("1-layer model", small_draft, acceptance::any);
+    fn("self, first layer", first_layer, acceptance::any);
+    fn("self, all layers", all_layers, acceptance::all);
+    fn("medusa head", medusa_draft, acceptance::any);
+    fn("oracle", right, acceptance::all);
+    fn("wrong oracle", wrong, acceptance::none);
+    fn("oracle head", right_head_draft, acceptance::all);
+    fn("wrong oracle head", wrong_head_draft, acceptance::none);
+  }
+
+ private:
+  static std::vector<std::vector<std::int32_t>> sequences_of(const std::vector<plain_run>& runs) {
+    std::vector<std::vector<std::int32_t>> s;
+    for (const auto& r : runs) s.push_back(r.sequence());
+    return s;
+  }
 };
 
 }  // namespace npullm::testing

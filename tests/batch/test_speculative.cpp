@@ -21,23 +21,12 @@ namespace {
 
 using namespace npullm;
 using namespace npullm::batch;
-using npullm::testing::expect_error;
-using npullm::testing::kv_difference;
-using npullm::testing::medusa_fixture;
-using npullm::testing::oracle_draft;
-using npullm::testing::oracle_head;
-using npullm::testing::plain_greedy;
-using npullm::testing::plain_run;
+using namespace npullm::testing;
 namespace fs = std::filesystem;
 
-using lm_t = model::causal_lm<
-    model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
+using lm_t = contiguous_lm;
 
 constexpr std::size_t new_tokens = 20;
-
-const fs::path& target_dir() {
-  return npullm::testing::generated_model("tiny", 21);
-}
 
 // A model of the tiny shapes with its own weights: `layers` layers, `vocab` tokens.
 const fs::path& other_dir(std::size_t layers, std::size_t vocab, std::uint64_t seed) {
@@ -69,35 +58,10 @@ const plain_run& expected() {
   return r;
 }
 
-// Every kind of draft over one target, with what its acceptance must be.
-enum class acceptance { all, none, any };
-struct drafts {
-  lm_t& target;
-  lm_t twin{target_dir(), {.max_sequence = 128}};
-  lm_t small{other_dir(1, 512, 99), {.max_sequence = 128}};
-  model_draft<lm_t> twin_draft{twin}, small_draft{small};
-  self_draft<lm_t> first_layer{target, 1}, all_layers{target, 2};
-  medusa_fixture medusa{target_dir(), 4, 0.05f, 5};
-  head_draft<medusa_head<float>> medusa_draft{medusa.head};
-  oracle_draft right{{expected().sequence()}, false}, wrong{{expected().sequence()}, true};
-  oracle_head right_head{{expected()}, false}, wrong_head{{expected()}, true};
-  head_draft<oracle_head> right_head_draft{right_head}, wrong_head_draft{wrong_head};
-
-  explicit drafts(lm_t& t) : target(t) {}
-
-  // Calls fn(name, draft, expected acceptance) for each.
-  template <class Fn>
-  void each(Fn&& fn) {
-    fn("twin model", twin_draft, acceptance::all);
-    fn("1-layer model", small_draft, acceptance::any);
-    fn("self, first layer", first_layer, acceptance::any);
-    fn("self, all layers", all_layers, acceptance::all);
-    fn("medusa head", medusa_draft, acceptance::any);
-    fn("oracle", right, acceptance::all);
-    fn("wrong oracle", wrong, acceptance::none);
-    fn("oracle head", right_head_draft, acceptance::all);
-    fn("wrong oracle head", wrong_head_draft, acceptance::none);
-  }
+// Every kind of draft over a target.
+struct drafts : npullm::testing::draft_set<lm_t> {
+  explicit drafts(lm_t& t)
+      : draft_set(t, target_dir(), other_dir(1, 512, 99), {.max_sequence = 128}, {expected()}) {}
 };
 
 TEST(Speculative, GreedyEqualsPlainForEveryDraftKind) {
@@ -407,10 +371,11 @@ TEST(Speculative, SampledWithEveryDraftKind) {
 }
 
 // End to end on a 16-token vocabulary at temperature 4 (the generated model's logits are sharp:
-// at 1 one token takes ~85%): the second new token's empirical distribution over many seeds (it goes through the rejection rule: one proposal from the first-layer self draft)
-// matches the target's exact marginal sum_t1 p(t1) p(t2 | t1), by chi-squared at 0.1%
-// significance (cells with fewer than 5 expected draws merged); and, to show the test can
-// fail, it does not match the draft's marginal sum_t1 p(t1) q(t2 | t1).
+// at 1 one token takes ~85%): the second new token's empirical distribution over many seeds (it
+// goes through the rejection rule: one proposal from the first-layer self draft) matches the
+// target's exact marginal sum_t1 p(t1) p(t2 | t1), by chi-squared at 0.1% significance (cells with
+// fewer than 5 expected draws merged); and, to show the test can fail, it does not match the
+// draft's marginal sum_t1 p(t1) q(t2 | t1).
 TEST(Speculative, SampledDecodingKeepsTheTargetDistributionEndToEnd) {
   const fs::path& dir = other_dir(2, 16, 3);
   lm_t target(dir, {.max_sequence = 16, .decode_rows = 4});
