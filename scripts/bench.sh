@@ -64,8 +64,11 @@ build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 mapfile -t targets < <(cmake --build "$build" --target help 2>/dev/null |
   sed -nE 's/^(\.\.\. )?(bench_[A-Za-z0-9_]+)(:.*)?$/\2/p' | sort -u)
 [ ${#targets[@]} -gt 0 ] || die "no bench_* targets in $build (NPULLM_BUILD_BENCHMARKS off?)"
-cmake --build "$build" -j "$jobs" --target "${targets[@]}" npullm_bench_report ||
-  die "build failed"
+if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" npullm_bench_report \
+    > "$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"
+  die "build failed (log: $out/build.log)"
+fi
 
 # Every bench_* binary built, in run order.
 binaries=()
@@ -95,6 +98,13 @@ context="npullm_mode=$([ $quick = 1 ] && echo quick || echo full),npullm_commit=
 [ -n "$compiler" ] && context+=",compiler=$compiler"
 common=(--benchmark_color=false --benchmark_out_format=json "--benchmark_context=$context")
 [ $quick = 1 ] && common+=(--benchmark_min_time=0.1)
+
+# Other processes competing for the CPUs or memory make every figure low and noisy.
+read -r load1 _ < /proc/loadavg 2> /dev/null || load1=0
+if awk -v l="$load1" 'BEGIN { exit !(l > 0.5) }'; then
+  echo "bench: load average $load1 on $(nproc) CPUs: other processes are running, the figures will" \
+       "be low and noisy (report.md records the load)"
+fi
 
 # ---- the machine's limits, once for the whole run --------------------------------------------
 limits="$out/json/limits.json"
@@ -159,7 +169,7 @@ for b in "${binaries[@]}"; do
   rc_file="$out/log/$b.rc"
   while IFS= read -r line; do
     name=${line%% *}
-    [ -n "${pending[$name]:-}" ] || continue
+    [ -n "$name" ] && [ -n "${pending[$name]:-}" ] || continue
     unset "pending[$name]"
     done_count=$((done_count + 1))
     next=$((next + 1))

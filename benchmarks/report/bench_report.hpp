@@ -81,6 +81,7 @@ struct run_data {
   std::map<std::size_t, limits> machine;  // by thread count
   std::vector<result> results;          // in the order of the files, then of each file
   std::vector<std::string> files;       // the files read, in order
+  std::vector<double> loads;            // each file's 1-minute load average at its start
 
   [[nodiscard]] const limits* limits_at(std::size_t threads) const {
     const auto it = machine.find(threads);
@@ -171,6 +172,10 @@ inline void add_json(run_data& run, const std::string& text, const std::string& 
   if (doc.contains("context") && doc["context"].is_object()) {
     for (const auto& [k, v] : doc["context"].items()) {
       if (!run.context.contains(k)) run.context[k] = v;
+    }
+    const auto& load = doc["context"].value("load_avg", json::array());
+    if (load.is_array() && !load.empty() && load[0].is_number()) {
+      run.loads.push_back(load[0].get<double>());
     }
   }
   // Where repetitions produced aggregates, the median stands for the benchmark.
@@ -347,7 +352,7 @@ inline std::string format_number(double v) {
     std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
   } else if (a >= 1e5) {
     std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
-  } else if (a >= 100) {
+  } else if (a >= 100 || (v == std::floor(v) && a < 1e5)) {
     std::snprintf(buf, sizeof buf, "%.0f", v);
   } else if (a >= 10) {
     std::snprintf(buf, sizeof buf, "%.1f", v);
@@ -361,8 +366,14 @@ inline std::string format_number(double v) {
   return buf;
 }
 
+// A time given in Google Benchmark's unit (ns, us, ms, s), in the unit that reads best.
 inline std::string format_time(double t, const std::string& unit) {
-  return format_number(t) + " " + (unit == "us" ? std::string("µs") : unit);
+  const double s = t * (unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : 1.0);
+  const double a = std::fabs(s);
+  if (a < 1e-6) return format_number(s * 1e9) + " ns";
+  if (a < 1e-3) return format_number(s * 1e6) + " µs";
+  if (a < 1) return format_number(s * 1e3) + " ms";
+  return format_number(s) + " s";
 }
 
 // A number as gnuplot data: full precision, '.' decimal point whatever the locale.
@@ -419,6 +430,12 @@ inline const char* color(std::size_t i) {
   static const char* const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                                         "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
   return palette[i % 10];
+}
+
+// Filled circle, triangle, square, diamond, pentagon, inverted triangle.
+inline int filled_point(std::size_t i) {
+  static const int types[] = {7, 9, 5, 13, 15, 11};
+  return types[i % 6];
 }
 
 inline std::string thread_label(std::size_t t) {
@@ -485,7 +502,7 @@ inline std::optional<plot> roofline_plot(const run_data& run) {
      << "set yrange [" << data_number(y0) << ":" << data_number(y1) << "]\n"
      << "set xlabel 'arithmetic intensity (flop/byte)'\n"
      << "set ylabel 'attained performance (GFLOP/s)'\n"
-     << "set key inside left top box opaque font ',10'\n"
+     << "set key inside left top Left reverse box opaque font ',10'\n"
      << "set samples 400\n"
      << "roof(x, bw, peak) = (bw * x < peak) ? bw * x : peak\n"
      << "set multiplot layout 1," << panels.size() << " title "
@@ -507,7 +524,7 @@ inline std::optional<plot> roofline_plot(const run_data& run) {
       const auto it = block.find({threads, families[f]});
       if (it == block.end()) continue;
       gp << ", \\\n     'plots/" << pl.name << ".dat' index " << it->second
-         << " u 1:2 w p pt " << (5 + 2 * static_cast<int>(f)) % 14 + 1 << " ps 1.4 lc rgb '"
+         << " u 1:2 w p pt " << detail::filled_point(f) << " ps 1.3 lc rgb '"
          << detail::color(f) << "' t " << detail::quoted(detail::plain(families[f]));
     }
     gp << "\n";
@@ -594,10 +611,10 @@ inline std::optional<plot> decode_kv_plot(const run_data& run) {
      << "set logscale x 2\n"
      << "set format x '%.0f'\n"
      << "set xrange [" << data_number(xmin / 1.5) << ":" << data_number(xmax * 1.5) << "]\n"
-     << "set yrange [0:" << data_number(ymax * 1.15) << "]\n"
+     << "set yrange [0:" << data_number(ymax * 1.45) << "]\n"  // room for the key on top
      << "set xlabel 'KV length (tokens)'\n"
      << "set ylabel 'K + V read (GB/s)'\n"
-     << "set key inside right top box opaque font ',10'\n"
+     << "set key inside center top horizontal Left reverse box opaque font ',10' maxcols 2\n"
      << "set multiplot layout 1," << panels.size() << " title " << detail::quoted(pl.title)
      << " font ',13'\n";
   for (const auto& [threads, by_series] : panels) {
@@ -661,8 +678,7 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
   gp << detail::header(pl.name, 620 * static_cast<int>(capacities.size()) + 120,
                        480 * static_cast<int>(modes.size()) + 80)
      << "set xlabel 'past length (tokens)'\n"
-     << "set ylabel 'one layer, one step (µs)'\n"
-     << "set key inside left top box opaque font ',10'\n"
+     << "set key inside right bottom Left reverse box opaque font ',10'\n"
      << "set offsets graph 0.03, graph 0.03, graph 0.1, 0\n"
      << "set multiplot layout " << modes.size() << "," << capacities.size() << " title "
      << detail::quoted(pl.title + " (14/2 heads, d 64, f16 KV)") << " font ',13'\n";
@@ -677,10 +693,17 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
                                 ", capacity " + format_number(cap);
       gp << "set title " << detail::quoted(title) << "\n";
       if (it == panels.end()) {
-        gp << "set xrange [0:1]\nplot 1/0 t 'not measured in this run'\nset autoscale x\n";
+        gp << "set multiplot next\n";  // not measured in this run
         continue;
       }
-      gp << "set yrange [0:*]\nset xrange [0:" << data_number(cap - q) << "]\nplot ";
+      double most = 0;
+      for (const auto& [threads, points] : it->second) {
+        for (const auto& p : points) most = std::max({most, p.pyramid_us, p.full_us});
+      }
+      const bool ms = most >= 1e4;  // µs up to 10 ms, then ms
+      const std::string y = ms ? "($2/1000)" : "2", y_full = ms ? "($3/1000)" : "3";
+      gp << "set ylabel 'one layer, one step (" << (ms ? "ms" : "µs") << ")'\n"
+         << "set yrange [0:*]\nset xrange [0:" << data_number(cap - q) << "]\nplot ";
       std::size_t color = 0;
       bool first = true;
       for (auto& [threads, points] : it->second) {
@@ -695,12 +718,14 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
         data << "\n\n";
         const std::string t = detail::thread_label_suffix(threads, thread_set.size());
         gp << (first ? "" : ", \\\n     ") << "'plots/" << pl.name << ".dat' index " << index
-           << " u 1:2 w lp lw 2 pt 7 ps 1.3 lc rgb '" << detail::color(color) << "' t "
-           << detail::quoted("pyramid" + t) << ", \\\n     'plots/" << pl.name << ".dat' index "
-           << index << " u 1:2:(sprintf('%d', $4)) w labels offset 0,1 font ',9' tc rgb '"
+           << " u 1:" << y << " w lp lw 2 pt 7 ps 1.3 lc rgb '" << detail::color(color) << "' t "
+           << detail::quoted("pyramid (label: variant's past capacity)" + t)
+           << ", \\\n     'plots/" << pl.name << ".dat' index " << index << " u 1:" << y
+           << ":(sprintf('%d', $4)) w labels offset -1.5,0.8 font ',9' tc rgb '"
            << detail::color(color) << "' notitle, \\\n     'plots/" << pl.name
-           << ".dat' index " << index << " u 1:3 w lp lw 2 dt 2 pt 4 ps 1.2 lc rgb '"
-           << detail::color(color) << "' t " << detail::quoted("full static" + t);
+           << ".dat' index " << index << " u 1:" << y_full
+           << " w lp lw 2 dt 2 pt 4 ps 1.2 lc rgb '" << detail::color(color) << "' t "
+           << detail::quoted("full static (largest variant)" + t);
         first = false;
         ++index;
         ++color;
@@ -743,7 +768,7 @@ inline std::optional<plot> generate_plot(const run_data& run) {
      << "set ylabel 'generated tokens/s (prefill included)'\n"
      << "set key inside left top box opaque\n"
      << "set title " << detail::quoted(pl.title + " (128-token prompts, 128 new tokens each)")
-     << "\nplot ";
+     << " font ',13'\nplot ";
   int index = 0;
   for (auto& [name, points] : series) {
     std::sort(points.begin(), points.end());
@@ -844,6 +869,12 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
   row("npullm commit", detail::context_string(c, "npullm_commit"));
   row("date", detail::context_string(c, "date"));
   row("host", detail::context_string(c, "host_name"));
+  if (!run.loads.empty()) {
+    const auto [lo, hi] = std::minmax_element(run.loads.begin(), run.loads.end());
+    std::string load = format_number(*lo) + " to " + format_number(*hi);
+    if (*hi > 0.5) load += " (other processes were running: figures are low and noisy)";
+    row("load average (1 min) as each binary started", load);
+  }
   std::string lib = detail::context_string(c, "library_build_type");
   if (!lib.empty()) {
     lib = "Google Benchmark library built as " + lib;
@@ -920,7 +951,9 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
         "counters. % of limit: GB/s against the read bandwidth, GFLOP/s against the fp32 FMA "
         "peak (bf16 dot peak for bf16 weights), both against the roofline (the larger of the "
         "two fractions), at the benchmark's thread count. × naive: speedup over the naive "
-        "baseline measured in the same binary. Other columns: the benchmark's own counters.\n\n";
+        "baseline measured in the same binary. Other columns: the benchmark's own counters. Above "
+        "100 % of the read bandwidth: the data came from cache (benchmarks not marked cold "
+        "reuse one copy), while the limit is DRAM's.\n\n";
   for (const auto& p : prims) {
     std::vector<const result*> rows;
     for (const auto& r : run.results) {
