@@ -42,6 +42,7 @@ declare -A quick_filter=(
   [bench_pipeline]='^pipeline_(prefill|decode)/qwen2-0.5b/bf16/[a-z0-9]+/threads:@ALL@(/|$)'
   [bench_batch]='^batch_(unroll|scorer)/qwen2-0.5b/bf16/n8/l128/threads:@ALL@(/|$)'
   [bench_generate]='^generate/qwen2-0.5b/bf16/batch(1|4|16)/threads:@ALL@(/|$)'
+  [bench_speculative]='^speculative/qwen2-0.5b/bf16/(plain|k4/agree80)/threads:@ALL@(/|$)'
 )
 # The order binaries run in (the rest follow, by name): cheap and fundamental first.
 order=(bench_core bench_kv bench_attention bench_pyramid bench_ops bench_pipeline bench_batch
@@ -64,20 +65,32 @@ build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 mapfile -t targets < <(cmake --build "$build" --target help 2>/dev/null |
   sed -nE 's/^(\.\.\. )?(bench_[A-Za-z0-9_]+)(:.*)?$/\2/p' | sort -u)
 [ ${#targets[@]} -gt 0 ] || die "no bench_* targets in $build (NPULLM_BUILD_BENCHMARKS off?)"
-if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" npullm_bench_report \
+failed=()
+declare -A broken=()
+if ! cmake --build "$build" -j "$jobs" --target npullm_bench_report "${targets[@]}" \
     > "$out/build.log" 2>&1; then
-  tail -40 "$out/build.log"
-  die "build failed (log: $out/build.log)"
+  # One benchmark that does not build should not cost the others their report: build them one
+  # by one and leave out (and report) the ones that fail.
+  cmake --build "$build" -j "$jobs" --target npullm_bench_report >> "$out/build.log" 2>&1 ||
+    { tail -40 "$out/build.log"; die "the report generator does not build (log: $out/build.log)"; }
+  for t in "${targets[@]}"; do
+    if ! cmake --build "$build" -j "$jobs" --target "$t" > "$out/build-$t.log" 2>&1; then
+      grep -m 5 -E 'error|Error' "$out/build-$t.log" | sed 's/^/  /'
+      echo "bench: $t does not build: left out (log: $out/build-$t.log)"
+      failed+=("$t (build)")
+      broken[$t]=1
+    fi
+  done
 fi
 
 # Every bench_* binary built, in run order.
 binaries=()
 for b in "${order[@]}"; do
-  [ -x "$build/benchmarks/$b" ] && binaries+=("$b")
+  [[ " ${targets[*]} " == *" $b "* ]] && [ -z "${broken[$b]:-}" ] && binaries+=("$b")
 done
 for t in "${targets[@]}"; do
   [[ " ${order[*]} " == *" $t "* ]] && continue
-  [ -x "$build/benchmarks/$t" ] && binaries+=("$t")
+  [ -z "${broken[$t]:-}" ] && [ -x "$build/benchmarks/$t" ] && binaries+=("$t")
 done
 
 # ---- this run's output directory and context -----------------------------------------------
@@ -112,7 +125,12 @@ echo "bench: measuring the machine's limits (read bandwidth, fp32 FMA, bf16 dot;
 "$build/benchmarks/bench_core" --benchmark_filter='^machine_limits/' "${common[@]}" \
   --benchmark_out="$limits" > "$out/log/limits.txt" 2>&1 ||
   { cat "$out/log/limits.txt"; die "measuring the limits failed"; }
-grep '^machine_limits/' "$out/log/limits.txt" | sed -E 's/ +/ /g; s/^/  /'
+awk '/^machine_limits\/threads:/ {
+  split($1, name, "/"); sub("threads:", "", name[2])
+  for (i = 2; i <= NF; ++i) if (split($i, kv, "=") == 2) v[kv[1]] = kv[2]
+  printf "  %s thread(s): read %s GB/s, triad %s GB/s, fp32 FMA %s GFLOP/s, bf16 dot %s GFLOP/s\n",
+         name[2], v["read_GBps"], v["triad_GBps"], v["fma_GFLOPs"], v["bf16_GFLOPs"] }' \
+  "$out/log/limits.txt"
 export NPULLM_BENCH_LIMITS="$PWD/$limits"
 
 # ---- what runs -------------------------------------------------------------------------------
@@ -123,20 +141,27 @@ for b in "${binaries[@]}"; do
   bin="$build/benchmarks/$b"
   all=$("$bin" --benchmark_list_tests 2>/dev/null) || die "$b --benchmark_list_tests failed"
   threads=$(grep -o 'threads:[0-9]*' <<< "$all" | cut -d: -f2 | sort -n | tail -1)
+  filter=
   if [ $quick = 0 ]; then
     filter=$([ "$b" = bench_core ] && echo '-^machine_limits/' || echo '.')
   elif [ -n "${quick_filter[$b]:-}" ]; then
     filter=${quick_filter[$b]//@ALL@/${threads:-1}}
-  else
-    # No quick subset known: the first benchmark of each primitive, at the most threads.
+  fi
+  n=0
+  if [ -n "$filter" ]; then
+    "$bin" --benchmark_list_tests --benchmark_filter="$filter" > "$out/log/$b.list" 2>/dev/null
+    n=$(grep -c . "$out/log/$b.list")
+  fi
+  if [ $quick = 1 ] && [ "$n" -eq 0 ]; then
+    # No quick subset known (or it matches nothing any more): the first benchmark of each
+    # primitive, at the most threads.
     filter=$(awk -F/ -v t="threads:${threads:-1}" '
         !($1 in seen) && ($0 ~ t "(/|$)" || index($0, "threads:") == 0) { seen[$1] = 1; print }' \
         <<< "$all" | regex_escape | sed 's/^/^/; s/$/$/' | paste -sd'|')
     echo "bench: no quick subset for $b: running the first benchmark of each primitive"
+    "$bin" --benchmark_list_tests --benchmark_filter="$filter" > "$out/log/$b.list" 2>/dev/null
+    n=$(grep -c . "$out/log/$b.list")
   fi
-  [ -n "$filter" ] || continue
-  "$bin" --benchmark_list_tests --benchmark_filter="$filter" > "$out/log/$b.list" 2>/dev/null
-  n=$(grep -c . "$out/log/$b.list")
   [ "$n" -gt 0 ] || continue
   filter_of[$b]=$filter
   total=$((total + n))
@@ -148,7 +173,6 @@ tty=0
 [ -t 1 ] && tty=1
 width=$( ( [ $tty = 1 ] && tput cols 2> /dev/null) || echo 200)
 done_count=0
-failed=()
 progress() {  # $1 binary, $2 the benchmark now running
   local msg
   msg=$(printf '[%d/%d] %s %s  (%d left, %s)' $((done_count + 1)) "$total" "$1" "$2" \
