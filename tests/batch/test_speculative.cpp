@@ -228,6 +228,48 @@ TEST(Speculative, EarlyExitThroughTheFirstLayers) {
                "a step through 3 layers; the model has 2");
 }
 
+// With a 16-bit KV cache a step's rows attend to their own K/V at the cache's precision, so a
+// verify pass of several rows gives the logits one-row steps give (those read the K/V back from
+// the cache): to f32 summation order and the rare bf16 rounding it flips, ~2e-4 here; with the
+// unrounded K/V they are ~1.3e-2 apart.
+TEST(Speculative, MultiRowStepsSeeTheKvAtTheCachePrecision) {
+  using bf16_kv_lm = model::causal_lm<
+      model::pipeline_config<model::contiguous_kv<bfloat16>, model::dynamic_attention<>, float>>;
+  bf16_kv_lm lm(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  const auto p = prompt();
+  // One-row steps: the greedy tokens and each step's logits.
+  std::vector<std::int32_t> tokens{greedy_token(lm.prefill(p).logits_of(p.size() - 1))};
+  std::vector<std::vector<float>> one_row;
+  while (tokens.size() <= 40) {
+    const std::array<std::int32_t, 1> one{tokens.back()};
+    const step_output o = lm.decode(one);
+    one_row.emplace_back(o.logits_of(0).begin(), o.logits_of(0).end());
+    tokens.push_back(greedy_token(o.logits_of(0)));
+  }
+  // The same tokens four to a step.
+  lm.reset();
+  lm.prefill(p);
+  double diff = 0;
+  for (std::size_t i = 0; i < 40; i += 4) {
+    const std::vector<std::int32_t> ids(tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                                        tokens.begin() + static_cast<std::ptrdiff_t>(i + 4));
+    const step_output o = lm.decode(ids, output_selection::all_rows());
+    for (std::size_t r = 0; r < 4; ++r) {
+      for (std::size_t t = 0; t < 512; ++t)
+        diff = std::max<double>(diff, std::fabs(o.logits_of(r)[t] - one_row[i + r][t]));
+    }
+  }
+  EXPECT_LE(diff, 1e-3);
+  // Greedy speculative decoding over this cache: plain greedy decoding's tokens.
+  std::vector<std::int32_t> sequence = p;
+  sequence.insert(sequence.end(), tokens.begin(), tokens.end());
+  oracle_draft right{{sequence}, false};
+  speculative_stats s;
+  EXPECT_EQ(speculative_generate(lm, right, p, 40, 4, &s),
+            std::vector<std::int32_t>(tokens.begin(), tokens.begin() + 40));
+  EXPECT_EQ(s.accepted, s.proposed);
+}
+
 TEST(Speculative, BadArgumentsLeaveTheTargetAsItWas) {
   lm_t target(target_dir(), {.max_sequence = 64, .decode_rows = 4});
   const auto p = prompt();

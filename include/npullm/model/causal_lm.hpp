@@ -815,8 +815,18 @@ class causal_lm {
         for (std::size_t hh = 0; hh < hq; ++hh)
           std::copy_n(&q(g.begin + r, hh * D), D, &qh(hh, r, 0));
         for (std::size_t hh = 0; hh < hkv; ++hh) {
-          std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
-          std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
+          if constexpr (std::is_same_v<KvT, float>) {
+            std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
+            std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
+          } else {
+            // At the cache's precision: later steps read these K/V back from the cache, so the
+            // rows of one step (a prefill, a speculative verify pass) see what token-by-token
+            // decoding sees, and greedy verification agrees with plain decoding exactly.
+            for (std::size_t d = 0; d < D; ++d) {
+              kh(hh, r, d) = to_float(from_float<KvT>(k(g.begin + r, hh * D + d)));
+              vh(hh, r, d) = to_float(from_float<KvT>(v(g.begin + r, hh * D + d)));
+            }
+          }
         }
       }
       const attention::attention_io io{qh, att, {}, inv_sqrt_d};
