@@ -233,7 +233,9 @@ class model_draft {
     draft_proposal out;
     if (n == 0) return out;
     // Keep the KV of the longest prefix shared with the context (never all of it: the last
-    // token is fed again for its logits); the draft's last proposals usually go here.
+    // token is fed again for its logits): after a round, everything up to the first rejected
+    // proposal, so only the target's own token (and the last proposal when all were accepted)
+    // is fed here.
     std::size_t keep = lm_->length() == fed_.size() ? shared_prefix(fed_, context) : 0;
     keep = std::min(keep, context.size() - 1);
     const auto rest = context.subspan(keep);
