@@ -459,9 +459,12 @@ inline std::optional<plot> roofline_plot(const run_data& run) {
   for (const auto& r : run.results) {
     const auto p = place(r);
     if (!p || p->intensity <= 0 || p->gflops <= 0 || !run.limits_at(r.threads)) continue;
-    panels[r.threads][r.primitive].push_back({*p, r.settings_text()});
-    if (std::find(families.begin(), families.end(), r.primitive) == families.end()) {
-      families.push_back(r.primitive);
+    // Cold (data from DRAM) and hot (from cache) runs of a kernel are told apart.
+    const std::string family =
+        r.primitive + (r.has_setting("cold") ? " (cold)" : r.has_setting("hot") ? " (hot)" : "");
+    panels[r.threads][family].push_back({*p, r.settings_text()});
+    if (std::find(families.begin(), families.end(), family) == families.end()) {
+      families.push_back(family);
     }
   }
   if (panels.empty()) return std::nullopt;
@@ -536,8 +539,8 @@ inline std::optional<plot> roofline_plot(const run_data& run) {
 }
 
 // attention_decode: GB/s against KV length, one line per KV source (contiguous, blocks) and
-// cache state, one panel per thread count, for one head shape and KV dtype (h14x2/d64 f16 when
-// present: Qwen2-0.5B's), with the read bandwidth as a dashed line.
+// cache state (cold solid, hot dashed), one panel per head shape (columns) and thread count
+// (rows), for one KV dtype (f16 when present), with the read bandwidth as a dashed black line.
 inline std::optional<plot> decode_kv_plot(const run_data& run) {
   struct point {
     double kv, gbps;
@@ -550,26 +553,32 @@ inline std::optional<plot> decode_kv_plot(const run_data& run) {
     }
   }
   if (rows.empty()) return std::nullopt;
-  auto key = [](const result& r) {
-    return r.settings[0] + "/" + r.settings[1] + " " +
-           (r.has_setting("f16") ? "f16" : r.has_setting("bf16") ? "bf16" : "f32");
+  auto dtype = [](const result& r) -> std::string {
+    for (const char* t : {"f16", "bf16", "f32"}) {
+      if (r.has_setting(t)) return t;
+    }
+    return "";
   };
-  std::string chosen = key(*rows.front());
+  std::string chosen = dtype(*rows.front());
   for (const auto* r : rows) {
-    if (key(*r) == "h14x2/d64 f16") chosen = key(*r);
+    if (dtype(*r) == "f16") chosen = "f16";
   }
-  // panels[threads][series] = points
-  std::map<std::size_t, std::map<std::string, std::vector<point>>> panels;
-  std::vector<std::string> series;
+  std::vector<std::string> shapes, series;
+  std::set<std::size_t> thread_set;
+  // panels[{threads, shape}][series] = points
+  std::map<std::pair<std::size_t, std::string>, std::map<std::string, std::vector<point>>> panels;
   for (const auto* r : rows) {
-    if (key(*r) != chosen) continue;
+    if (dtype(*r) != chosen) continue;
+    const std::string shape = r->settings[0] + "/" + r->settings[1];
     std::string source = "?", state;
     for (const auto& s : r->settings) {
       if (s == "contiguous" || detail::starts_with(s, "block")) source = s;
       if (s == "cold" || s == "hot") state = s;
     }
     const std::string name = source + (state.empty() ? "" : ", " + state);
-    panels[r->threads][name].push_back({*r->number_after("kv"), *r->counter("GBps")});
+    panels[{r->threads, shape}][name].push_back({*r->number_after("kv"), *r->counter("GBps")});
+    thread_set.insert(r->threads);
+    if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
     if (std::find(series.begin(), series.end(), name) == series.end()) series.push_back(name);
   }
   std::sort(series.begin(), series.end(), [](const std::string& a, const std::string& b) {
@@ -586,58 +595,74 @@ inline std::optional<plot> decode_kv_plot(const run_data& run) {
   for (const auto& s : series) {
     source_color.emplace(s.substr(0, s.find(',')), source_color.size());
   }
-  plot pl{"decode_kv", "Decode attention " + chosen + ": bandwidth vs KV length", "", ""};
+  plot pl{"decode_kv", "Decode attention (" + chosen + " KV): bandwidth vs KV length", "", ""};
   std::ostringstream data, gp;
   int index = 0;
-  double ymax = 0, xmin = 1e30, xmax = 0;
-  std::map<std::pair<std::size_t, std::string>, int> block;
-  for (auto& [threads, by_series] : panels) {
+  double xmin = 1e30, xmax = 0;
+  std::map<std::pair<std::pair<std::size_t, std::string>, std::string>, int> block;
+  for (auto& [panel, by_series] : panels) {
     for (auto& [name, points] : by_series) {
       std::sort(points.begin(), points.end(),
                 [](const point& a, const point& b) { return a.kv < b.kv; });
-      data << "# threads " << threads << " " << name << ": kv_tokens GB_per_s\n";
+      data << "# threads " << panel.first << " " << panel.second << " " << name
+           << ": kv_tokens GB_per_s\n";
       for (const auto& p : points) {
         data << data_number(p.kv) << " " << data_number(p.gbps) << "\n";
-        ymax = std::max(ymax, p.gbps);
         xmin = std::min(xmin, p.kv);
         xmax = std::max(xmax, p.kv);
       }
       data << "\n\n";
-      block[{threads, name}] = index++;
+      block[{panel, name}] = index++;
     }
-    if (const limits* m = run.limits_at(threads)) ymax = std::max(ymax, m->read_gbps);
   }
-  gp << detail::header(pl.name, 700 * static_cast<int>(panels.size()) + 300, 640)
+  const int cols = static_cast<int>(shapes.size()), rows_n = static_cast<int>(thread_set.size());
+  gp << detail::header(pl.name, std::max(900, 560 * cols), 440 * rows_n + 200)
      << "set logscale x 2\n"
      << "set format x '%.0f'\n"
      << "set xrange [" << data_number(xmin / 1.5) << ":" << data_number(xmax * 1.5) << "]\n"
-     << "set yrange [0:" << data_number(ymax * 1.45) << "]\n"  // room for the key on top
      << "set xlabel 'KV length (tokens)'\n"
      << "set ylabel 'K + V read (GB/s)'\n"
-     << "set key inside center top horizontal Left reverse box opaque font ',10' maxcols 2\n"
-     << "set multiplot layout 1," << panels.size() << " title " << detail::quoted(pl.title)
-     << " font ',13'\n";
-  for (const auto& [threads, by_series] : panels) {
-    gp << "set title " << detail::quoted(detail::thread_label(threads)) << "\n"
-       << "plot ";
-    bool first = true;
-    if (const limits* m = run.limits_at(threads)) {
-      gp << data_number(m->read_gbps) << " w l dt 2 lw 2 lc rgb '#000000' t "
-         << detail::quoted("read bandwidth " + format_number(m->read_gbps) + " GB/s");
-      first = false;
+     // One key for the figure, below the panels (the colors mean the same in every panel).
+     << "set key at screen 0.5, screen 0.02 center bottom horizontal Left reverse box opaque "
+        "font ',10' maxrows 2\n"
+     << "set multiplot layout " << rows_n << "," << cols << " title "
+     << detail::quoted(pl.title + "; dashed black: read bandwidth") << " font ',13' margins "
+     << "0.07, 0.98, " << data_number(0.1 + 0.06 / rows_n) << ", 0.9 spacing 0.07, 0.11\n";
+  bool first_panel = true;
+  for (std::size_t threads : thread_set) {
+    for (const auto& shape : shapes) {
+      gp << "set title " << detail::quoted(shape + ", " + detail::thread_label(threads)) << "\n";
+      if (!first_panel) gp << "unset key\n";
+      const auto has = panels.find({threads, shape});
+      if (has == panels.end()) {
+        gp << "set multiplot next\n";
+        continue;
+      }
+      double top = 0;  // each panel on its own scale: shapes differ several-fold
+      for (const auto& [name, points] : has->second) {
+        for (const auto& p : points) top = std::max(top, p.gbps);
+      }
+      if (const limits* m = run.limits_at(threads)) top = std::max(top, m->read_gbps);
+      gp << "set yrange [0:" << data_number(top * 1.12) << "]\nplot ";
+      bool first = true;
+      if (const limits* m = run.limits_at(threads)) {
+        gp << data_number(m->read_gbps) << " w l dt 2 lw 2 lc rgb '#000000' notitle";
+        first = false;
+      }
+      for (const auto& s : series) {
+        const auto it = block.find({{threads, shape}, s});
+        if (it == block.end()) continue;
+        const bool hot = s.find("hot") != std::string::npos;
+        const std::string source = s.substr(0, s.find(','));
+        gp << (first ? "" : ", \\\n     ") << "'plots/" << pl.name << ".dat' index "
+           << it->second << " u 1:2 w lp lw 2 pt " << (hot ? 6 : 7) << " ps 1.2 dt "
+           << (hot ? 2 : 1) << " lc rgb '" << detail::color(source_color[source]) << "' t "
+           << detail::quoted(s);
+        first = false;
+      }
+      gp << "\n";
+      first_panel = false;
     }
-    for (std::size_t s = 0; s < series.size(); ++s) {
-      const auto it = block.find({threads, series[s]});
-      if (it == block.end()) continue;
-      const bool hot = series[s].find("hot") != std::string::npos;
-      const std::string source = series[s].substr(0, series[s].find(','));
-      gp << (first ? "" : ", \\\n     ") << "'plots/" << pl.name << ".dat' index " << it->second
-         << " u 1:2 w lp lw 2 pt " << (hot ? 6 : 7) << " ps 1.3 dt " << (hot ? 3 : 1)
-         << " lc rgb '" << detail::color(source_color[source]) << "' t "
-         << detail::quoted(series[s]);
-      first = false;
-    }
-    gp << "\n";
   }
   gp << "unset multiplot\n";
   pl.data = data.str();
@@ -678,11 +703,14 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
   gp << detail::header(pl.name, 620 * static_cast<int>(capacities.size()) + 120,
                        480 * static_cast<int>(modes.size()) + 80)
      << "set xlabel 'past length (tokens)'\n"
-     << "set key inside right bottom Left reverse box opaque font ',10'\n"
+     << "set key inside left top horizontal Left reverse box opaque font ',10' maxrows 2\n"
      << "set offsets graph 0.03, graph 0.03, graph 0.1, 0\n"
      << "set multiplot layout " << modes.size() << "," << capacities.size() << " title "
-     << detail::quoted(pl.title + " (14/2 heads, d 64, f16 KV)") << " font ',13'\n";
+     << detail::quoted(pl.title + " (14/2 heads, d 64, f16 KV; labels: the past capacity of "
+                                  "the variant that ran)")
+     << " font ',13'\n";
   int index = 0;
+  bool first_panel = true;
   for (const auto& mode : modes) {
     for (double cap : capacities) {
       const auto it = panels.find({mode, cap});
@@ -692,10 +720,12 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
                                      : detail::plain(mode)) +
                                 ", capacity " + format_number(cap);
       gp << "set title " << detail::quoted(title) << "\n";
+      if (!first_panel) gp << "unset key\n";  // the same styles in every panel
       if (it == panels.end()) {
         gp << "set multiplot next\n";  // not measured in this run
         continue;
       }
+      first_panel = false;
       double most = 0;
       for (const auto& [threads, points] : it->second) {
         for (const auto& p : points) most = std::max({most, p.pyramid_us, p.full_us});
@@ -703,7 +733,8 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
       const bool ms = most >= 1e4;  // µs up to 10 ms, then ms
       const std::string y = ms ? "($2/1000)" : "2", y_full = ms ? "($3/1000)" : "3";
       gp << "set ylabel 'one layer, one step (" << (ms ? "ms" : "µs") << ")'\n"
-         << "set yrange [0:*]\nset xrange [0:" << data_number(cap - q) << "]\nplot ";
+         << "set yrange [0:" << data_number((ms ? most / 1000 : most) * 1.35) << "]\n"
+         << "set xrange [0:" << data_number((cap - q) * 1.1) << "]\nplot ";
       std::size_t color = 0;
       bool first = true;
       for (auto& [threads, points] : it->second) {
@@ -719,11 +750,13 @@ inline std::optional<plot> pyramid_plot(const run_data& run) {
         const std::string t = detail::thread_label_suffix(threads, thread_set.size());
         gp << (first ? "" : ", \\\n     ") << "'plots/" << pl.name << ".dat' index " << index
            << " u 1:" << y << " w lp lw 2 pt 7 ps 1.3 lc rgb '" << detail::color(color) << "' t "
-           << detail::quoted("pyramid (label: variant's past capacity)" + t)
-           << ", \\\n     'plots/" << pl.name << ".dat' index " << index << " u 1:" << y
-           << ":(sprintf('%d', $4)) w labels offset -1.5,0.8 font ',9' tc rgb '"
-           << detail::color(color) << "' notitle, \\\n     'plots/" << pl.name
-           << ".dat' index " << index << " u 1:" << y_full
+           << detail::quoted("pyramid" + t);
+        if (first) {  // the variant a past selects does not depend on the thread count
+          gp << ", \\\n     'plots/" << pl.name << ".dat' index " << index << " u 1:" << y
+             << ":(sprintf('%d', $4)) w labels offset 2.2,-1 font ',9' tc rgb '#333333' "
+                "notitle";
+        }
+        gp << ", \\\n     'plots/" << pl.name << ".dat' index " << index << " u 1:" << y_full
            << " w lp lw 2 dt 2 pt 4 ps 1.2 lc rgb '" << detail::color(color) << "' t "
            << detail::quoted("full static (largest variant)" + t);
         first = false;
@@ -766,7 +799,7 @@ inline std::optional<plot> generate_plot(const run_data& run) {
      << "set yrange [0:" << data_number(ymax * 1.2) << "]\n"
      << "set xlabel 'batch size (sequences decoded together)'\n"
      << "set ylabel 'generated tokens/s (prefill included)'\n"
-     << "set key inside left top box opaque\n"
+     << "set key inside left top Left reverse box opaque\n"
      << "set title " << detail::quoted(pl.title + " (128-token prompts, 128 new tokens each)")
      << " font ',13'\nplot ";
   int index = 0;
@@ -909,13 +942,15 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
   // Summary: per primitive, the best fraction of its limit and the best speedup over naive.
   const auto prims = run.primitives();
   md << "## Summary\n\n"
-     << "| primitive | benchmarks | best % of limit | where | best × naive | failed |\n"
-     << "|---|---:|---:|---|---:|---:|\n";
+     << "| primitive | benchmarks | median % of limit | best % of limit | where | best × naive "
+        "| failed |\n"
+     << "|---|---:|---:|---:|---|---:|---:|\n";
   for (const auto& p : prims) {
     std::size_t count = 0, failed = 0;
     std::optional<judgement> best;
     const result* best_row = nullptr;
     std::optional<double> best_naive;
+    std::vector<double> pcts;
     for (const auto& r : run.results) {
       if (r.primitive != p) continue;
       ++count;
@@ -923,13 +958,21 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
         ++failed;
         continue;
       }
-      if (auto j = judge(r, run); j && (!best || j->pct > best->pct)) {
+      const auto j = judge(r, run);
+      if (j) pcts.push_back(j->pct);
+      if (j && (!best || j->pct > best->pct)) {
         best = j;
         best_row = &r;
       }
       if (auto x = r.counter("x_naive"); x && (!best_naive || *x > *best_naive)) best_naive = x;
     }
-    md << "| " << detail::cell(p) << " | " << count << " | "
+    std::string median = "-";
+    if (!pcts.empty()) {
+      std::sort(pcts.begin(), pcts.end());
+      const std::size_t n = pcts.size();
+      median = format_number(n % 2 ? pcts[n / 2] : (pcts[n / 2 - 1] + pcts[n / 2]) / 2) + " %";
+    }
+    md << "| " << detail::cell(p) << " | " << count << " | " << median << " | "
        << (best ? format_number(best->pct) + " % of " + best->limit : "-") << " | "
        << (best_row ? "`" + detail::cell(best_row->settings_text()) + "` (" +
                           detail::thread_label(best_row->threads) + ")"

@@ -254,9 +254,10 @@ TEST(BenchReport, MarkdownHasMachineLimitsAndATablePerPrimitive) {
   has("| `c4096/fill25` | 2 | 133 µs | 283 | 87.3 | 0.309 | 4 |");
   has("| `qwen2-0.5b/bf16/batch16` | 2 | 62.3 s | 32.9 | 2.58 |");
   has("| `blocks10000/bs16` | 1 | 15.7 µs | 319M | 63764 |");
-  // Summary: the best fraction of its limit per primitive.
-  has("| linear | 3 | 123 % of read bw | `m1/k896/n4864/bf16/cold` (2 threads) | 2.33 | 0 |");
-  has("| pyramid_decode | 4 | - | - | - | 0 |");
+  // Summary: the median and the best fraction of its limit per primitive (47.9, 59.8, 123).
+  has("| linear | 3 | 59.8 % | 123 % of read bw | `m1/k896/n4864/bf16/cold` (2 threads) | 2.33 | "
+      "0 |");
+  has("| pyramid_decode | 4 | - | - | - | - | 0 |");
   // The plots, embedded.
   has("![Roofline: every kernel against the measured limits](roofline.png)");
   has("(decode_kv.png)");
@@ -283,22 +284,26 @@ TEST(BenchReport, WritesReportAndPlotData) {
     EXPECT_NE(gp.find("set ylabel"), std::string::npos) << n;
   }
 
-  // Roofline: one panel (2 threads), a block per primitive, the limits as roofs.
+  // Roofline: one panel (2 threads), a block per primitive (cold and hot apart), the roofs.
   const auto roof = read_blocks(dir.path() / "plots" / "roofline.dat");
   const auto roof_titles = block_comments(dir.path() / "plots" / "roofline.dat");
-  ASSERT_EQ(roof.size(), 3u);
-  EXPECT_NE(roof_titles[0].find("threads 2 attention_decode"), std::string::npos);
-  EXPECT_NE(roof_titles[1].find("threads 2 attention_prefill"), std::string::npos);
-  EXPECT_NE(roof_titles[2].find("threads 2 linear"), std::string::npos);
-  EXPECT_EQ(roof[0].size(), 4u);  // four decode rows
+  ASSERT_EQ(roof.size(), 5u);
+  ASSERT_EQ(roof_titles.size(), 5u);
+  EXPECT_NE(roof_titles[0].find("threads 2 attention_decode (cold)"), std::string::npos);
+  EXPECT_NE(roof_titles[1].find("threads 2 attention_decode (hot)"), std::string::npos);
+  EXPECT_NE(roof_titles[2].find("threads 2 attention_prefill:"), std::string::npos);
+  EXPECT_NE(roof_titles[3].find("threads 2 linear:"), std::string::npos);
+  EXPECT_NE(roof_titles[4].find("threads 2 linear (cold)"), std::string::npos);
+  EXPECT_EQ(roof[0].size(), 3u);  // three cold decode rows
   EXPECT_NEAR(std::stod(roof[0][0][0]), 7.0, 1e-6);
   EXPECT_NEAR(std::stod(roof[0][0][1]), 33.5335837, 1e-6);
   EXPECT_EQ(roof[0][0][2], "h14x2/d64/kv1024/f16/contiguous/cold");
-  ASSERT_EQ(roof[2].size(), 3u);
+  ASSERT_EQ(roof[3].size(), 2u);  // the two GEMMs
   const double gemm_ai = 2.0 * 512 * 4864 * 896 / (4864.0 * 896 * 2 + 4.0 * 512 * 896 +
                                                    4.0 * 512 * 4864);
-  EXPECT_NEAR(std::stod(roof[2][2][0]), gemm_ai, 1e-5);
-  EXPECT_EQ(roof[2][2][2], "m512/k896/n4864/bf16");
+  EXPECT_NEAR(std::stod(roof[3][1][0]), gemm_ai, 1e-5);
+  EXPECT_NEAR(std::stod(roof[3][1][1]), 126.115154, 1e-5);
+  EXPECT_EQ(roof[3][1][2], "m512/k896/n4864/bf16");
   const std::string roof_gp = read_all(dir.path() / "plots" / "roofline.gp");
   EXPECT_NE(roof_gp.find("roof(x, 17.650526, 145.195133)"), std::string::npos) << roof_gp;
   EXPECT_NE(roof_gp.find("roof(x, 17.650526, 210.970479)"), std::string::npos) << roof_gp;
@@ -316,6 +321,7 @@ TEST(BenchReport, WritesReportAndPlotData) {
   EXPECT_NEAR(std::stod(kv[1][0][1]), 4.79051196, 1e-6);
   EXPECT_EQ(kv[1][1][0], "4096");
   EXPECT_NEAR(std::stod(kv[1][1][1]), 5.55522238, 1e-6);
+  EXPECT_NE(kv_titles[0].find("threads 2 h14x2/d64"), std::string::npos);
   EXPECT_NE(read_all(dir.path() / "plots" / "decode_kv.gp").find("17.650526 w l dt 2"),
             std::string::npos);  // the read bandwidth line
 
@@ -389,7 +395,7 @@ TEST(BenchReport, FailedRowsAggregatesAndRunsWithoutLimits) {
   EXPECT_NE(md.find("| `m1/k8/n8/f32` | 4 | failed: out of memory | | | |\n"), std::string::npos) << md;
   EXPECT_NE(md.find("| `m8/k8/n8/f32` | 4 | 2 µs | 3 | 12.5 | read bw |"), std::string::npos)
       << md;
-  EXPECT_NE(md.find("| linear | 2 | 12.5 % of read bw |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| linear | 2 | 12.5 % | 12.5 % of read bw |"), std::string::npos) << md;
   EXPECT_TRUE(br::plots(run).empty());  // nothing to draw without limits or figures
 
   EXPECT_THROW(br::add_json(run, "{\"benchmarks\": [", "truncated"), std::exception);
