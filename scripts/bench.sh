@@ -109,21 +109,33 @@ context="npullm_mode=$([ $quick = 1 ] && echo quick || echo full),npullm_commit=
 [ -n "$cpu_model" ] && context+=",cpu_model=$cpu_model"
 [ -n "$memory" ] && context+=",memory=$memory"
 [ -n "$compiler" ] && context+=",compiler=$compiler"
-common=(--benchmark_color=false --benchmark_out_format=json "--benchmark_context=$context")
+common=(--benchmark_color=false --benchmark_out_format=json)
 [ $quick = 1 ] && common+=(--benchmark_min_time=0.1)
 
-# Other processes competing for the CPUs or memory make every figure low and noisy.
-read -r load1 _ < /proc/loadavg 2> /dev/null || load1=0
-if awk -v l="$load1" 'BEGIN { exit !(l > 0.5) }'; then
-  echo "bench: load average $load1 on $(nproc) CPUs: other processes are running, the figures will" \
-       "be low and noisy (report.md records the load)"
+# Other processes competing for the CPUs or memory make every figure low and noisy: the share of
+# CPU time others use while this script waits half a second (before the limits and before each
+# binary) goes into the JSON context, and report.md shows it.
+other_cpu_pct() {
+  local a b
+  a=($(head -1 /proc/stat 2> /dev/null)) || { echo 0; return; }
+  sleep 0.5
+  b=($(head -1 /proc/stat 2> /dev/null)) || { echo 0; return; }
+  # cpu user nice system idle iowait irq softirq steal
+  local busy=$(( (b[1] + b[2] + b[3] + b[6] + b[7] + b[8]) - (a[1] + a[2] + a[3] + a[6] + a[7] + a[8]) ))
+  local idle=$(( (b[4] + b[5]) - (a[4] + a[5]) ))
+  [ $((busy + idle)) -gt 0 ] && echo $(( 100 * busy / (busy + idle) )) || echo 0
+}
+other=$(other_cpu_pct)
+if [ "$other" -gt 10 ]; then
+  echo "bench: other processes are using ${other}% of the CPUs: the figures will be low and noisy" \
+       "(report.md records it)"
 fi
 
 # ---- the machine's limits, once for the whole run --------------------------------------------
 limits="$out/json/limits.json"
 echo "bench: measuring the machine's limits (read bandwidth, fp32 FMA, bf16 dot; per thread count)"
 "$build/benchmarks/bench_core" --benchmark_filter='^machine_limits/' "${common[@]}" \
-  --benchmark_out="$limits" > "$out/log/limits.txt" 2>&1 ||
+  "--benchmark_context=$context,npullm_other_cpu_pct=$other" --benchmark_out="$limits" > "$out/log/limits.txt" 2>&1 ||
   { cat "$out/log/limits.txt"; die "measuring the limits failed"; }
 awk '/^machine_limits\/threads:/ {
   split($1, name, "/"); sub("threads:", "", name[2])
@@ -190,6 +202,7 @@ for b in "${binaries[@]}"; do
   for n in "${names[@]}"; do pending[$n]=1; done
   next=0
   progress "$b" "${names[0]}"
+  other=$(other_cpu_pct)
   rc_file="$out/log/$b.rc"
   while IFS= read -r line; do
     name=${line%% *}
@@ -203,7 +216,8 @@ for b in "${binaries[@]}"; do
     fi
     [ $next -lt ${#names[@]} ] && progress "$b" "${names[$next]}"
   done < <(stdbuf -oL "$build/benchmarks/$b" --benchmark_filter="${filter_of[$b]}" \
-             "${common[@]}" --benchmark_out="$out/json/$b.json" 2>&1 |
+             "${common[@]}" "--benchmark_context=$context,npullm_other_cpu_pct=$other" \
+             --benchmark_out="$out/json/$b.json" 2>&1 |
            tee "$out/log/$b.txt"; echo "${PIPESTATUS[0]}" > "$rc_file")
   rc=$(cat "$rc_file" 2> /dev/null || echo 1)
   rm -f "$rc_file"

@@ -82,6 +82,8 @@ struct run_data {
   std::vector<result> results;          // in the order of the files, then of each file
   std::vector<std::string> files;       // the files read, in order
   std::vector<double> loads;            // each file's 1-minute load average at its start
+  std::vector<double> other_cpu;        // % of CPU time other processes took before each file's
+                                        // binary started (scripts/bench.sh samples it)
 
   [[nodiscard]] const limits* limits_at(std::size_t threads) const {
     const auto it = machine.find(threads);
@@ -176,6 +178,10 @@ inline void add_json(run_data& run, const std::string& text, const std::string& 
     const auto& load = doc["context"].value("load_avg", json::array());
     if (load.is_array() && !load.empty() && load[0].is_number()) {
       run.loads.push_back(load[0].get<double>());
+    }
+    const std::string other = doc["context"].value("npullm_other_cpu_pct", "");
+    if (!other.empty() && other.find_first_not_of("0123456789.") == std::string::npos) {
+      run.other_cpu.push_back(std::stod(other));
     }
   }
   // Where repetitions produced aggregates, the median stands for the benchmark.
@@ -902,11 +908,16 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
   row("npullm commit", detail::context_string(c, "npullm_commit"));
   row("date", detail::context_string(c, "date"));
   row("host", detail::context_string(c, "host_name"));
+  if (!run.other_cpu.empty()) {
+    const auto [lo, hi] = std::minmax_element(run.other_cpu.begin(), run.other_cpu.end());
+    std::string other = format_number(*lo) + " to " + format_number(*hi) + " %";
+    if (*hi > 10) other += " (other processes were running: figures are low and noisy)";
+    row("CPU time other processes took, sampled before each binary", other);
+  }
   if (!run.loads.empty()) {
     const auto [lo, hi] = std::minmax_element(run.loads.begin(), run.loads.end());
-    std::string load = format_number(*lo) + " to " + format_number(*hi);
-    if (*hi > 0.5) load += " (other processes were running: figures are low and noisy)";
-    row("load average (1 min) as each binary started", load);
+    row("load average (1 min) as each binary started",
+        format_number(*lo) + " to " + format_number(*hi) + " (the benchmarks' own threads too)");
   }
   std::string lib = detail::context_string(c, "library_build_type");
   if (!lib.empty()) {
