@@ -230,7 +230,7 @@ for b in "${binaries[@]}"; do
   unset pending
 done
 [ $tty = 1 ] && printf '\r\033[K'
-echo "bench: ran $done_count benchmarks in $(elapsed)"
+echo "bench: ran $done_count benchmarks ($(elapsed) since the start, build included)"
 
 # ---- report and plots --------------------------------------------------------------------------
 jsons=("$limits")
