@@ -256,7 +256,7 @@ class causal_lm {
       backend_.execute(head_, st, -1, head_args_);
       for (std::size_t l = 0; l < layers_.size(); ++l) {
         backend_.execute(body_prefill_, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
-                       layer_args_[l]);
+                         layer_args_[l]);
       }
       std::vector<std::size_t> rows_last;
       for (const segment& g : st.packed) rows_last.push_back(g.begin + g.rows - 1);
@@ -275,9 +275,7 @@ class causal_lm {
     std::span<const std::int32_t> ids;  // tokens to append
   };
 
-  [[nodiscard]] table_type new_sequence() requires blocks {
-    return table_type(*pool_);
-  }
+  [[nodiscard]] table_type new_sequence() requires blocks { return table_type(*pool_); }
   [[nodiscard]] pool_type& kv_pool() requires blocks { return *pool_; }
 
   // Appends each input's tokens to its sequence; returns the logits of each input's last token,
@@ -340,12 +338,10 @@ class causal_lm {
     backend_.execute(head_, st, -1, head_args_);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
       backend_.execute(total <= options_.decode_rows ? body_decode_ : body_prefill_,
-                       body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
-                       layer_args_[l]);
+                       body_closure{l, &st}, static_cast<std::ptrdiff_t>(l), layer_args_[l]);
     }
     for (std::size_t i = 0; i < out.hidden_rows.size(); ++i) {  // pre-norm, as they are
-      std::copy_n(&x_.view()(out.hidden_rows[i], 0), config_.hidden_size,
-                  &out.hidden.view()(i, 0));
+      std::copy_n(&x_.view()(out.hidden_rows[i], 0), config_.hidden_size, &out.hidden.view()(i, 0));
     }
     run_lm_head(out.logit_rows, out.logits.view());
     backend_.wait();
@@ -408,7 +404,7 @@ class causal_lm {
   // past, no KV kept.
   struct segment {
     std::size_t begin, rows;
-    std::size_t past = 0;  // keys before the segment (0 for an independent sequence)
+    std::size_t past = 0;         // keys before the segment (0 for an independent sequence)
     table_type* table = nullptr;  // its block table (block KV), or none: nothing stored
   };
   struct step_state {
@@ -582,16 +578,19 @@ class causal_lm {
   }
 
   // The buffers each function touches, as graph arguments: head (activations, embeddings),
-  // body (activations, the KV storage, one layer's weights). The tail adds its rows' stage.
+  // body (activations, the KV storage, one layer's weights), tail (head's, the final norm and
+  // the LM head; each call adds its rows' stage).
   void bind_arguments() {
-    auto arg = [](const auto& t) {
-      return npu::argument{t.data(), t.size() * sizeof(*t.data())};
-    };
-    auto warg = [](const auto& v) {
-      return npu::argument{v.data_handle(), v.size() * sizeof(W)};
-    };
-    head_args_ = {arg(x_), arg(h_), arg(q_), arg(k_), arg(v_), arg(qh_), arg(kh_), arg(vh_),
-                  arg(att_), arg(gate_), arg(up_), warg(embed_)};
+    auto arg = [](const auto& t) { return npu::argument{t.data(), t.size() * sizeof(*t.data())}; };
+    auto warg = [](const auto& v) { return npu::argument{v.data_handle(), v.size() * sizeof(W)}; };
+    const std::vector<npu::argument> activations = {arg(x_),   arg(h_),    arg(q_),  arg(k_),
+                                                    arg(v_),   arg(qh_),   arg(kh_), arg(vh_),
+                                                    arg(att_), arg(gate_), arg(up_)};
+    head_args_ = activations;
+    head_args_.push_back(warg(embed_));
+    tail_args_ = head_args_;
+    tail_args_.push_back(warg(final_norm_));
+    if (lm_head_.data_handle() != embed_.data_handle()) tail_args_.push_back(warg(lm_head_));
     npu::argument kv_storage{};
     if constexpr (blocks) {
       kv_storage = {pool_->data(), pool_->storage_bytes()};
@@ -600,7 +599,7 @@ class causal_lm {
     }
     layer_args_.clear();
     for (const auto& w : layers_) {
-      std::vector<npu::argument> a(head_args_.begin(), head_args_.end() - 1);
+      std::vector<npu::argument> a = activations;
       a.push_back(kv_storage);
       for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) a.push_back(warg(*m));
       a.push_back(warg(w.input_norm));
@@ -698,8 +697,7 @@ class causal_lm {
     backend_.execute(head_, st, -1, head_args_);
     lap(timings_.head);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
-      backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
-                       layer_args_[l]);
+      backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l), layer_args_[l]);
     }
     lap(timings_.body);
 
@@ -718,13 +716,10 @@ class causal_lm {
       const tail_closure tc{&st, logit_local, logit_offset, hidden_local, hidden_offset, &out};
       if constexpr (backend_type::device_memory) {
         // The device writes the selected rows into its own memory; they are copied out after.
-        const std::size_t need = (logit_local.size() * config_.vocab_size +
-                                  hidden_local.size() * config_.hidden_size);
+        const std::size_t need =
+            (logit_local.size() * config_.vocab_size + hidden_local.size() * config_.hidden_size);
         if (tail_stage_.size() < need) tail_stage_ = backend_.template allocate<float>(need);
-        std::vector<npu::argument> args = head_args_;
-        args.push_back({final_norm_.data_handle(), final_norm_.size() * sizeof(W)});
-        if (lm_head_.data_handle() != embed_.data_handle())
-          args.push_back({lm_head_.data_handle(), lm_head_.size() * sizeof(W)});
+        std::vector<npu::argument> args = tail_args_;
         args.push_back({tail_stage_.data(), need * sizeof(float)});
         backend_.execute(tail_, tc, -1, args);
         const float* stage = tail_stage_.data();
@@ -966,10 +961,10 @@ class causal_lm {
 
   buffer<float, 2> x_, h_, q_, k_, v_, gate_, up_;
   buffer<float, 3> qh_, kh_, vh_, att_;
-  std::vector<buffer<W, 1>> device_weights_;   // device_memory backends: the weights, copied
+  std::vector<buffer<W, 1>> device_weights_;  // device_memory backends: the weights, copied
   std::vector<buffer<float, 1>> biases_;
-  buffer<float, 1> tail_stage_;                // device_memory backends: the tail's output rows
-  std::vector<npu::argument> head_args_;
+  buffer<float, 1> tail_stage_;  // device_memory backends: the tail's output rows
+  std::vector<npu::argument> head_args_, tail_args_;  // tail: + the stage, per call
   std::vector<std::vector<npu::argument>> layer_args_;
 
   using head_fn = std::function<void(const step_state&)>;

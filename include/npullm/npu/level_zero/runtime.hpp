@@ -14,8 +14,6 @@
 
 #include <array>
 #include <cstdint>
-#include <cstdio>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
