@@ -38,6 +38,7 @@
 #include "npullm/kv/kv_tile.hpp"
 
 namespace npullm::attention {
+inline namespace NPULLM_ISA_NAMESPACE {
 
 // The tile policy: QueryTile queries per work item (times the GQA group), KeyTile keys per
 // sub-tile (16 for now: one SIMD vector of scores), SplitLength keys per decode split.
@@ -68,7 +69,15 @@ struct attention_io {
 namespace detail {
 
 inline constexpr std::size_t key_block = simd::lanes;  // keys per sub-tile
-inline constexpr std::size_t row_block = 8;            // rows sharing one pass over K / V
+// Rows sharing one pass over K / V: as many accumulators as leave room for a K or V vector and
+// a broadcast (AVX-512: 8 of 32 vectors; AVX2: 6, each f32x16 two of its 16 ymm registers).
+inline constexpr std::size_t row_block =
+    simd::f32x16_registers >= 32 ? 8 : std::max<std::size_t>(1, simd::f32x16_registers - 2);
+// Keys whose dot products with one row accumulate at once (row_scores): all 16 with 32
+// registers; fewer, in groups, where the accumulators and the q / K vectors would not fit.
+inline constexpr std::size_t key_group =
+    simd::f32x16_registers >= 32 ? key_block : std::max<std::size_t>(1, simd::f32x16_registers / 2);
+static_assert(key_block % key_group == 0);
 
 // The rows of one work item: every query head, for queries [q_begin, q_end). Row
 // r = h * queries() + (i - q_begin) is query head h, query i; the rows of KV head hk are
@@ -119,85 +128,102 @@ inline void prefetch_ahead(const T* p) noexcept {
 template <std::size_t R>
 inline void block_scores(const float* q, const float* kt, std::size_t dim, simd::f32x16* s) {
   simd::f32x16 acc[R];
-  for (std::size_t r = 0; r < R; ++r) acc[r] = simd::zero();
+  NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) acc[r] = simd::zero();
   for (std::size_t d = 0; d < dim; ++d) {
     const simd::f32x16 k = simd::load(kt + d * key_block);
-    for (std::size_t r = 0; r < R; ++r) acc[r] = simd::fmadd_broadcast(q + r * dim + d, k, acc[r]);
+    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      acc[r] = simd::fmadd_broadcast(q + r * dim + d, k, acc[r]);
+    }
   }
-  for (std::size_t r = 0; r < R; ++r) s[r] = acc[r];
+  NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) s[r] = acc[r];
 }
 
-// Scores of one row against n keys without transposing K: 16 dot-product accumulators, then
-// one reduction tree (cheaper than a transpose when a single row uses the keys).
+// Scores of one row against n keys without transposing K: a dot-product accumulator per key
+// (key_group keys at a time), then one reduction tree for all 16 (cheaper than a transpose when
+// a single row uses the keys).
 template <class T>
 inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::size_t dim) {
-  simd::f32x16 acc[key_block];
-  for (auto& a : acc) a = simd::zero();
+  simd::f32x16 sums[key_block];
   if (n == key_block) {
-    for (std::size_t c = 0; c < dim; c += simd::lanes) {
-      const simd::f32x16 qc = simd::load(q + c);
-      for (std::size_t j = 0; j < key_block; ++j) {
-        if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(k + j * dim + c);
-        acc[j] = simd::fmadd(qc, simd::load(k + j * dim + c), acc[j]);
+    for (std::size_t j0 = 0; j0 < key_block; j0 += key_group) {
+      simd::f32x16 acc[key_group];
+      NPULLM_UNROLL for (std::size_t j = 0; j < key_group; ++j) acc[j] = simd::zero();
+      for (std::size_t c = 0; c < dim; c += simd::lanes) {
+        const simd::f32x16 qc = simd::load(q + c);
+        NPULLM_UNROLL for (std::size_t j = 0; j < key_group; ++j) {
+          const T* kj = k + (j0 + j) * dim + c;
+          if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(kj);
+          acc[j] = simd::fmadd(qc, simd::load(kj), acc[j]);
+        }
       }
+      NPULLM_UNROLL for (std::size_t j = 0; j < key_group; ++j) sums[j0 + j] = acc[j];
     }
   } else {
-    for (std::size_t j = 0; j < n; ++j) {
-      for (std::size_t c = 0; c < dim; c += simd::lanes) {
-        acc[j] = simd::fmadd(simd::load(q + c), simd::load(k + j * dim + c), acc[j]);
+    for (std::size_t j = 0; j < key_block; ++j) {
+      simd::f32x16 acc = simd::zero();
+      for (std::size_t c = 0; j < n && c < dim; c += simd::lanes) {
+        acc = simd::fmadd(simd::load(q + c), simd::load(k + j * dim + c), acc);
       }
+      sums[j] = acc;
     }
   }
-  return simd::reduce_add16(acc);
+  return simd::reduce_add16(sums);
 }
 
 // acc[r] += sum_j p[r][j] v_j for R rows. Output columns go in passes of C vectors, C chosen
-// so the R x C accumulators, C value vectors and one broadcast fit in 32 registers.
+// so the R x C accumulators, C value vectors and one broadcast fit in the registers.
+template <std::size_t R>
+inline constexpr std::size_t pv_columns =
+    simd::f32x16_registers >= 32
+        ? (R <= 2 ? 8 : (R <= 4 ? 4 : 2))
+        : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
+
 template <std::size_t R, class T>
 inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc) {
   constexpr std::size_t lanes = simd::lanes;
-  constexpr std::size_t C = R <= 2 ? 8 : (R <= 4 ? 4 : 2);
+  constexpr std::size_t C = pv_columns<R>;
   for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
     const std::size_t nc = std::min(C, (dim - c0) / lanes);
     simd::f32x16 a[R][C];
-    for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t c = 0; c < C; ++c) {
+    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
         a[r][c] = c < nc ? simd::load(acc + r * dim + c0 + c * lanes) : simd::zero();
       }
     }
     for (std::size_t j = 0; j < n; ++j) {
       simd::f32x16 vj[C];
-      for (std::size_t c = 0; c < C; ++c) {
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
         if (c < nc && ((c0 + c * lanes) * sizeof(T)) % 64 == 0)
           prefetch_ahead(v + j * dim + c0 + c * lanes);
         vj[c] = c < nc ? simd::load(v + j * dim + c0 + c * lanes) : simd::zero();
       }
-      for (std::size_t r = 0; r < R; ++r) {
+      NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
         const simd::f32x16 pr = simd::set1(p[r * key_block + j]);
-        for (std::size_t c = 0; c < C; ++c) a[r][c] = simd::fmadd(pr, vj[c], a[r][c]);
+        NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) a[r][c] = simd::fmadd(pr, vj[c], a[r][c]);
       }
     }
-    for (std::size_t r = 0; r < R; ++r) {
-      for (std::size_t c = 0; c < nc; ++c) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
+    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+        if (c < nc) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
+      }
     }
   }
 }
 
 // Calls fn.template operator()<R>(r0) over rows [begin, end) in blocks of up to row_block.
+template <std::size_t R = row_block - 1, class Fn>
+inline void row_remainder(std::size_t rest, std::size_t r0, Fn& fn) {
+  if constexpr (R > 0) {
+    if (rest == R) return fn.template operator()<R>(r0);
+    row_remainder<R - 1>(rest, r0, fn);
+  }
+}
+
 template <class Fn>
 inline void for_row_blocks(std::size_t begin, std::size_t end, Fn&& fn) {
   std::size_t r0 = begin;
   for (; r0 + row_block <= end; r0 += row_block) fn.template operator()<row_block>(r0);
-  switch (end - r0) {
-    case 7: fn.template operator()<7>(r0); break;
-    case 6: fn.template operator()<6>(r0); break;
-    case 5: fn.template operator()<5>(r0); break;
-    case 4: fn.template operator()<4>(r0); break;
-    case 3: fn.template operator()<3>(r0); break;
-    case 2: fn.template operator()<2>(r0); break;
-    case 1: fn.template operator()<1>(r0); break;
-    default: break;
-  }
+  row_remainder(end - r0, r0, fn);
 }
 
 // The online-softmax update of one row with a vector of scores (lanes >= n are masked).
@@ -472,4 +498,5 @@ void flash_attention(const attention_io& io, const Source& source, std::size_t l
   flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles), present, mask, policy);
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::attention

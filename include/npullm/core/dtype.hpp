@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 
 #if defined(__F16C__) || defined(__AVX512BF16__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -96,6 +97,9 @@ constexpr float bf16_bits_to_f32(std::uint16_t b) noexcept {
 }
 
 // ---- dispatch: hardware where the compiler targets it ---------------------------------------
+// (In the ISA's inline namespace, see core/isa.hpp; float16's conversions are always inlined so
+// each translation unit converts with its own ISA's code.)
+inline namespace NPULLM_ISA_NAMESPACE {
 
 inline std::uint16_t f32_to_f16_bits(float value) noexcept {
 #if defined(__F16C__)
@@ -113,14 +117,18 @@ inline float f16_bits_to_f32(std::uint16_t h) noexcept {
 #endif
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace detail
 
 // IEEE 754 binary16: 1 sign, 5 exponent, 10 mantissa bits.
 class float16 {
  public:
   float16() = default;
-  explicit float16(float value) noexcept : bits_(detail::f32_to_f16_bits(value)) {}
-  operator float() const noexcept { return detail::f16_bits_to_f32(bits_); }  // exact
+  [[gnu::always_inline]] explicit float16(float value) noexcept
+      : bits_(detail::f32_to_f16_bits(value)) {}
+  [[gnu::always_inline]] operator float() const noexcept {  // exact
+    return detail::f16_bits_to_f32(bits_);
+  }
 
   static constexpr float16 from_bits(std::uint16_t bits) noexcept {
     float16 h;
@@ -184,7 +192,7 @@ constexpr std::size_t size_of(dtype t) noexcept {
 inline float to_float(float x) noexcept {
   return x;
 }
-inline float to_float(float16 x) noexcept {
+[[gnu::always_inline]] inline float to_float(float16 x) noexcept {
   return static_cast<float>(x);
 }
 constexpr float to_float(bfloat16 x) noexcept {
@@ -212,6 +220,7 @@ inline void check_same_size(std::size_t in, std::size_t out) {
 }  // namespace detail
 
 // ---- bulk conversion: [n] -> [n] ------------------------------------------------------------
+inline namespace NPULLM_ISA_NAMESPACE {
 
 inline void convert(std::span<const float> in, std::span<float16> out) {
   detail::check_same_size(in.size(), out.size());
@@ -278,4 +287,5 @@ inline void convert(std::span<const bfloat16> in, std::span<float> out) {
   for (std::size_t i = 0; i < in.size(); ++i) out[i] = static_cast<float>(in[i]);
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm

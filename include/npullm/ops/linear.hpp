@@ -13,8 +13,9 @@
 //                  vdpbf16ps micro-kernel of 8 rows x 32 columns; f32 accumulation.
 //                  NOTE: this path multiplies bf16-rounded activations (as bf16 GEMMs do);
 //                  `rounds_activations<bfloat16>()` says whether this build does.
-//   M > 8, f32, f16 (and bf16 without AVX-512 BF16)  W panels converted to f32 while packing,
-//                  f32 FMA micro-kernel of 8 rows x 32 columns.
+//   M > 8, f32, f16 (and bf16 without AVX-512 BF16)  W converted to f32 while packing blocks of
+//                  (kc keys, NR columns) that stay in L1; an f32 FMA micro-kernel of MR rows x NR
+//                  columns (AVX-512 8 x 32, AVX2 6 x 16, portable 6 x 8: see simd::native).
 // Threads split N (output columns) into contiguous parts; results do not depend on the count.
 #pragma once
 
@@ -34,6 +35,7 @@
 #endif
 
 namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {
 
 // Whether linear with these weights rounds x to bf16 before multiplying (M > 8 only).
 template <storage_type W>
@@ -48,9 +50,6 @@ constexpr bool rounds_activations() noexcept {
 namespace detail {
 
 inline constexpr std::size_t gemv_max_m = 8;
-inline constexpr std::size_t panel_cols = 128;  // columns of W packed per panel
-inline constexpr std::size_t micro_rows = 8;    // rows of x per micro-kernel
-inline constexpr std::size_t micro_cols = 32;   // columns per micro-kernel (two vectors)
 
 template <class T>
 inline simd::f32x16 load16(const T* p, std::size_t n) noexcept {
@@ -151,38 +150,92 @@ void gemv(std::size_t m, const float* x, std::size_t ldx, const W* w, std::size_
   }
 }
 
-// ---- f32 micro-kernel over a packed panel (f16 weights, or bf16 without AVX-512 BF16) ------
+// ---- f32 micro-kernel over packed panels (any weight type) -----------------------------------
+//
+// The register block is MR rows of x by NR = 2 native vectors of columns: MR x 2 accumulators,
+// two panel vectors and one broadcast stay in registers (AVX-512: 8 x 32 of 32 zmm; AVX2 and
+// portable: 6 x 16 / 6 x 8 of 16 registers, the shape of BLIS's Haswell kernel). W is packed
+// per (NR columns, kc keys) block as (kc, NR) f32, sized to stay in L1 while every row block of
+// x runs over it; each micro-kernel call adds a kc-long slice of the dot products into y.
 
-// panel: (K, 32) f32 for columns [c, c + 32) of the panel; x rows: ldx apart.
+using vec = simd::native;
+inline constexpr std::size_t nr = 2 * vec::lanes;                       // columns per panel
+inline constexpr std::size_t mr = vec::registers >= 32 ? 8 : 6;         // rows per block
+inline constexpr std::size_t kc = 16 * 1024 / (nr * sizeof(float));      // keys per block
+
+// y[MR, cols] (+)= x[MR, kc] * panel[kc, NR]: first block of K writes (plus bias), later add.
 template <std::size_t MR>
 inline void micro_f32(const float* x, std::size_t ldx, const float* panel, std::size_t k_len,
-                      std::size_t cols, const float* bias, float* y, std::size_t ldy) {
-  simd::f32x16 acc[MR][2];
-  for (auto& row : acc) row[0] = row[1] = simd::zero();
+                      std::size_t cols, bool first, const float* bias, float* y,
+                      std::size_t ldy) {
+  typename vec::type acc[MR][2];
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = vec::zero();
   for (std::size_t k = 0; k < k_len; ++k) {
-    const simd::f32x16 b0 = simd::load(panel + k * micro_cols);
-    const simd::f32x16 b1 = simd::load(panel + k * micro_cols + simd::lanes);
-    for (std::size_t m = 0; m < MR; ++m) {
-      const simd::f32x16 a = simd::set1(x[m * ldx + k]);
-      acc[m][0] = simd::fmadd(a, b0, acc[m][0]);
-      acc[m][1] = simd::fmadd(a, b1, acc[m][1]);
+    const auto b0 = vec::load(panel + k * nr);
+    const auto b1 = vec::load(panel + k * nr + vec::lanes);
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+      const auto a = vec::broadcast(x + m * ldx + k);
+      acc[m][0] = vec::fmadd(a, b0, acc[m][0]);
+      acc[m][1] = vec::fmadd(a, b1, acc[m][1]);
     }
   }
-  for (std::size_t m = 0; m < MR; ++m) {
-    alignas(64) float out[micro_cols];
-    simd::store(out, acc[m][0]);
-    simd::store(out + simd::lanes, acc[m][1]);
-    for (std::size_t c = 0; c < cols; ++c) y[m * ldy + c] = out[c] + (bias ? bias[c] : 0.0f);
+  if (cols == nr) {  // whole panel: vector stores
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+      float* ym = y + m * ldy;
+      const float* base = first ? bias : ym;
+      if (base != nullptr) {
+        acc[m][0] = vec::add(acc[m][0], vec::load(base));
+        acc[m][1] = vec::add(acc[m][1], vec::load(base + vec::lanes));
+      }
+      vec::store(ym, acc[m][0]);
+      vec::store(ym + vec::lanes, acc[m][1]);
+    }
+    return;
+  }
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+    alignas(64) float out[nr];
+    vec::store(out, acc[m][0]);
+    vec::store(out + vec::lanes, acc[m][1]);
+    float* ym = y + m * ldy;
+    if (first) {
+      for (std::size_t c = 0; c < cols; ++c) ym[c] = out[c] + (bias ? bias[c] : 0.0f);
+    } else {
+      for (std::size_t c = 0; c < cols; ++c) ym[c] += out[c];
+    }
   }
 }
 
-// Packs W rows [n0, n0 + cols) (cols <= 32) as (K, 32) f32, zero-padded.
+// Packs W rows [n0, n0 + cols) (cols <= NR), keys [k0, k0 + k_len), as (k_len, NR) f32,
+// zero-padded. Row by row: each W row is read front to back.
 template <class W>
-void pack_f32(const W* w, std::size_t k_len, std::size_t n0, std::size_t cols, float* panel) {
-  for (std::size_t k = 0; k < k_len; ++k) {
-    for (std::size_t c = 0; c < micro_cols; ++c) {
-      panel[k * micro_cols + c] = c < cols ? to_float(w[(n0 + c) * k_len + k]) : 0.0f;
+void pack_f32(const W* w, std::size_t ld, std::size_t n0, std::size_t cols, std::size_t k0,
+              std::size_t k_len, float* panel) {
+  for (std::size_t c = 0; c < nr; ++c) {
+    if (c < cols) {
+      const W* row = w + (n0 + c) * ld + k0;
+      for (std::size_t k = 0; k < k_len; ++k) panel[k * nr + c] = to_float(row[k]);
+    } else {
+      for (std::size_t k = 0; k < k_len; ++k) panel[k * nr + c] = 0.0f;
     }
+  }
+}
+
+// Every row of x against one packed (k_len, NR) block.
+inline void gemm_block(std::size_t m_len, const float* x, std::size_t ldx, const float* panel,
+                       std::size_t k_len, std::size_t cols, bool first, const float* bias,
+                       float* y, std::size_t ldy) {
+  std::size_t m = 0;
+  for (; m + mr <= m_len; m += mr)
+    micro_f32<mr>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+  switch (m_len - m) {
+    case 7: return micro_f32<7>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    case 6: return micro_f32<6>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    case 5: return micro_f32<5>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    case 4: return micro_f32<4>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    case 3: return micro_f32<3>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    case 2: return micro_f32<2>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    case 1: return micro_f32<1>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+    default: return;
   }
 }
 
@@ -190,22 +243,23 @@ template <class W>
 void gemm_f32_panel(std::size_t m_len, const float* x, std::size_t ldx, const W* w,
                     std::size_t k_len, std::size_t n0, std::size_t n1, const float* bias, float* y,
                     std::size_t ldy, std::vector<float>& panel) {
-  panel.resize(k_len * micro_cols);
-  for (std::size_t c0 = n0; c0 < n1; c0 += micro_cols) {
-    const std::size_t cols = std::min(micro_cols, n1 - c0);
-    pack_f32(w, k_len, c0, cols, panel.data());
+  panel.resize(kc * nr);
+  for (std::size_t c0 = n0; c0 < n1; c0 += nr) {
+    const std::size_t cols = std::min(nr, n1 - c0);
     const float* b = bias ? bias + c0 : nullptr;
-    std::size_t m = 0;
-    for (; m + micro_rows <= m_len; m += micro_rows) {
-      micro_f32<micro_rows>(x + m * ldx, ldx, panel.data(), k_len, cols, b, y + m * ldy + c0, ldy);
+    for (std::size_t k0 = 0; k0 < k_len; k0 += kc) {
+      const std::size_t kl = std::min(kc, k_len - k0);
+      pack_f32(w, k_len, c0, cols, k0, kl, panel.data());
+      gemm_block(m_len, x + k0, ldx, panel.data(), kl, cols, k0 == 0, b, y + c0, ldy);
     }
-    for (; m < m_len; ++m)
-      micro_f32<1>(x + m * ldx, ldx, panel.data(), k_len, cols, b, y + m * ldy + c0, ldy);
   }
 }
 
 #if defined(__AVX512BF16__)
 // ---- bf16 dot-product micro-kernel ----------------------------------------------------------
+
+inline constexpr std::size_t micro_rows = 8;   // rows of x per micro-kernel
+inline constexpr std::size_t micro_cols = 32;  // columns per micro-kernel (two vectors)
 
 // x2: (M, K/2) pairs of bf16 as 32-bit words; panel: (K/2, 32 columns, 2) bf16 pairs.
 template <std::size_t MR>
@@ -350,7 +404,7 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x,
     return;
   }
   // Parts of N: whole micro-panels, at most one per thread (more for dynamic balance).
-  const std::size_t unit = m <= detail::gemv_max_m ? 16 : detail::micro_cols;
+  const std::size_t unit = m <= detail::gemv_max_m ? 16 : 32;
   const std::size_t units = (n + unit - 1) / unit;
   const std::size_t parts = std::min(units, policy.concurrency() * 4);
   auto part_range = [&](std::size_t p) {
@@ -406,4 +460,5 @@ void linear(dense_view<const float, 2> x, dense_view<const W, 2> w, dense_view<f
   linear<W, layout_right, layout_right, layout_right, Policy>(x, w, y, bias, policy);
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

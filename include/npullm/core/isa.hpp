@@ -1,0 +1,54 @@
+// The instruction set npullm's kernels are compiled for, chosen by the compiler's target flags:
+//
+//   macro defined by the compiler           path               NPULLM_ISA_NAMESPACE
+//   __AVX512F__ and __AVX512BF16__          AVX-512 + BF16     avx512_bf16
+//   __AVX512F__                             AVX-512            avx512
+//   __AVX2__ and __FMA__ (F16C assumed)     AVX2 + FMA         avx2
+//   otherwise                               portable C++       portable
+//
+// (-march=native picks what the build machine has; -march=x86-64-v3 is AVX2 + FMA + F16C;
+// -march=x86-64-v4 or -march=znver4 / sapphirerapids add AVX-512; plain x86-64 is portable.)
+//
+// Code whose behaviour depends on the ISA (the SIMD layer, the kernels, the bulk dtype
+// conversions) lives in `inline namespace NPULLM_ISA_NAMESPACE`, as Highway does per target:
+// translation units compiled with different flags then define differently named entities, so
+// an engine that builds one object per ISA and dispatches at run time links them side by side,
+// each calling its own kernels, instead of the linker silently keeping one ISA's copy for all.
+// The pipeline types carry the ISA in a default template argument for the same reason.
+#pragma once
+
+#include <string_view>
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define NPULLM_ISA_NAMESPACE avx512_bf16
+#define NPULLM_ISA_AVX512 1
+#elif defined(__AVX512F__)
+#define NPULLM_ISA_NAMESPACE avx512
+#define NPULLM_ISA_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define NPULLM_ISA_NAMESPACE avx2
+#define NPULLM_ISA_AVX2 1
+#else
+#define NPULLM_ISA_NAMESPACE portable
+#define NPULLM_ISA_PORTABLE 1
+#endif
+
+namespace npullm {
+inline namespace NPULLM_ISA_NAMESPACE {
+
+// A tag type per ISA: `isa_tag` differs between translation units built for different ISAs.
+struct isa_tag {
+  static constexpr std::string_view name =
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+      "avx512-bf16";
+#elif defined(__AVX512F__)
+      "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+      "avx2";
+#else
+      "portable";
+#endif
+};
+
+}  // namespace NPULLM_ISA_NAMESPACE
+}  // namespace npullm
