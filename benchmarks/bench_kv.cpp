@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "npullm/core/dtype.hpp"
 #include "npullm/kv/block_table.hpp"
+#include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/kv/prefix_cache.hpp"
 
 namespace {
@@ -126,6 +128,59 @@ void metadata_benchmark(benchmark::State& state) {
                           block_size * sizeof(token_id) + sizeof(block_id) + 8 + 2 * sizeof(void*));
 }
 
+// A 1024-token prefill's KV writes as the pipeline does them: for every layer and token, the
+// token's K and V slots (token_kv: a bounds-checked subview) filled from the step's f32 rows,
+// in Qwen2-0.5B's shape (24 layers, 2 KV heads, head_dim 64) at bf16. 2 * 24 * 1024 token_kv
+// calls a prefill: what a slot lookup costs shows here.
+template <class Cache>
+void prefill_kv_write_benchmark(benchmark::State& state, Cache& cache) {
+  constexpr std::size_t tokens = 1024;
+  const kv_shape s = cache.shape();
+  std::vector<float> present(s.kv_heads * tokens * s.head_dim, 0.25f);  // (kv_heads, tokens, D)
+  cache.append(tokens);
+  for (auto _ : state) {
+    for (std::size_t layer = 0; layer < s.layers; ++layer) {
+      for (std::size_t t = 0; t < tokens; ++t) {
+        auto ks = cache.token_kv(t, layer, kv_part::k);  // (kv_heads, D)
+        auto vs = cache.token_kv(t, layer, kv_part::v);
+        for (std::size_t h = 0; h < s.kv_heads; ++h) {
+          const float* src = present.data() + (h * tokens + t) * s.head_dim;
+          for (std::size_t d = 0; d < s.head_dim; ++d) {
+            ks(h, d) = npullm::from_float<npullm::bfloat16>(src[d]);
+            vs(h, d) = npullm::from_float<npullm::bfloat16>(src[d] * 0.5f);
+          }
+        }
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * tokens), benchmark::Counter::kIsRate);
+  state.counters["slots_per_s"] = benchmark::Counter(  // token_kv calls
+      static_cast<double>(state.iterations() * tokens * s.layers * 2), benchmark::Counter::kIsRate);
+}
+
+constexpr kv_shape qwen2_kv{24, 2, 64};
+
+void prefill_kv_write_block(benchmark::State& state) {
+  block_pool<npullm::bfloat16> pool(qwen2_kv, block_size, 1024 / block_size);
+  block_table<npullm::bfloat16> table(pool);
+  struct source {  // the table, with the pool's shape
+    block_table<npullm::bfloat16>& t;
+    kv_shape shape() const { return t.pool().shape(); }
+    void append(std::size_t n) { t.append(n); }
+    auto token_kv(std::size_t pos, std::size_t layer, kv_part part) {
+      return t.token_kv(pos, layer, part);
+    }
+  } src{table};
+  prefill_kv_write_benchmark(state, src);
+}
+
+void prefill_kv_write_contiguous(benchmark::State& state) {
+  contiguous_cache<npullm::bfloat16> cache(qwen2_kv, 1024);
+  prefill_kv_write_benchmark(state, cache);
+}
+
 void register_all() {
   for (std::size_t blocks : {std::size_t{1000}, std::size_t{10000}, std::size_t{100000}}) {
     const std::string b = "/blocks" + std::to_string(blocks) + "/bs16/threads:1";
@@ -142,6 +197,12 @@ void register_all() {
         ->UseManualTime();
   }
   benchmark::RegisterBenchmark("kv_metadata/bs16", metadata_benchmark)->Iterations(1);
+  benchmark::RegisterBenchmark("kv_prefill_write/tokens1024/l24/h2/d64/bf16/block16/threads:1",
+                               prefill_kv_write_block)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("kv_prefill_write/tokens1024/l24/h2/d64/bf16/contiguous/threads:1",
+                               prefill_kv_write_contiguous)
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

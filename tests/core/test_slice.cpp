@@ -1,12 +1,29 @@
 // Zero-copy slicing: pointer identity, writes through the slice, layouts kept, bounds errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <numeric>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "npullm/core/slice.hpp"
+
+// Counts this binary's heap allocations, so a test can show that a successful slice makes none
+// (no error message is formatted unless the slice fails).
+namespace {
+std::atomic<std::size_t> allocations{0};
+}  // namespace
+
+__attribute__((noinline)) void* operator new(std::size_t n) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -108,6 +125,26 @@ void expect_out_of_range(auto&& fn, const std::string& fragment) {
     EXPECT_EQ(e.code(), npullm::error_code::out_of_range);
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
+}
+
+// Slicing sits on hot paths (a KV slot per token and layer): it must not build the error
+// message, or allocate at all, when the slice is in range.
+TEST(Subview, InRangeSliceAllocatesNothing) {
+  auto data = iota(2 * 5 * 6);
+  // Extents whose text ("[100000, 5, 600000]") is too long for a short-string buffer: formatting
+  // it would allocate. Only slices at offset 0 are taken, so the pointer stays inside `data`.
+  tensor_view v(data.data(), 100000, 5, 600000);
+  const std::size_t before = allocations.load();
+  float sum = 0;
+  for (std::size_t i = 0; i < 5; ++i) {
+    sum += npullm::subview(v, all, 0, all).extent(1);
+    sum += npullm::subview(v, range{0, 1}, range{0, i}, all).extent(0);
+    sum += npullm::row(v, 0).extent(1);
+  }
+  EXPECT_EQ(allocations.load(), before);
+  EXPECT_GT(sum, 0.0f);
+  EXPECT_THROW((void)npullm::subview(v, all, 5, all), npullm::error);
+  EXPECT_GT(allocations.load(), before);  // the failing branch does format
 }
 
 TEST(Subview, OutOfRangeNamesExtentAndRequest) {

@@ -66,21 +66,23 @@ struct slice_bounds {
   bool kept;
 };
 
-template <class S>
-slice_bounds resolve_slice(const S& s, std::size_t extent, std::size_t dim,
-                           const std::string& shape) {
+// The view's extents are formatted only when a slice is out of range: slicing is on hot paths
+// (a KV slot per token and layer) and builds no string when it succeeds.
+template <class S, class Extents>
+slice_bounds resolve_slice(const S& s, const Extents& extents, std::size_t dim) {
+  const auto extent = static_cast<std::size_t>(extents.extent(dim));
   if constexpr (std::same_as<S, all_t>) {
     return {0, extent, true};
   } else if constexpr (std::same_as<S, range>) {
-    if (s.begin > s.end || s.end > extent) {
+    if (s.begin > s.end || s.end > extent) [[unlikely]] {
       raise(error_code::out_of_range, "subview: dimension ", dim, " range [", s.begin, ", ", s.end,
-            ") out of range for extent ", extent, " (view extents ", shape, ")");
+            ") out of range for extent ", extent, " (view extents ", format_extents(extents), ")");
     }
     return {s.begin, s.end - s.begin, true};
   } else {
-    if (std::cmp_less(s, 0) || std::cmp_greater_equal(s, extent)) {
+    if (std::cmp_less(s, 0) || std::cmp_greater_equal(s, extent)) [[unlikely]] {
       raise(error_code::out_of_range, "subview: dimension ", dim, " index ", s,
-            " out of range for extent ", extent, " (view extents ", shape, ")");
+            " out of range for extent ", extent, " (view extents ", format_extents(extents), ")");
     }
     return {static_cast<std::size_t>(s), 0, false};
   }
@@ -95,14 +97,10 @@ requires(sizeof...(S) == E::rank()) auto subview(const tensor_view<T, E, L, A>& 
   constexpr std::size_t out_rank = detail::kept_rank<S...>;
   using out_extents = dextents<out_rank, index_type>;
 
-  const std::string shape = detail::format_extents(view.extents());
   std::array<detail::slice_bounds, rank> bounds{};
   {
     std::size_t dim = 0;
-    ((bounds[dim] =
-          detail::resolve_slice(slices, static_cast<std::size_t>(view.extent(dim)), dim, shape),
-      ++dim),
-     ...);
+    ((bounds[dim] = detail::resolve_slice(slices, view.extents(), dim), ++dim), ...);
   }
 
   std::array<index_type, out_rank> out_ext{};
