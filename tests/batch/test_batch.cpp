@@ -173,6 +173,9 @@ TEST(BatchUnroll, AnErrorNamesTheRowAndLeavesThePipelineUsable) {
     EXPECT_NE(std::string(e.what()).find("row 1 of 3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("static prompt capacity 16"), std::string::npos)
         << e.what();
+    // The row's context is added to the pipeline's message, not to its "npullm <code>:" prefix.
+    EXPECT_EQ(std::string(e.what()).rfind("npullm "), 0u) << e.what();
+    EXPECT_EQ(e.message().find("npullm"), std::string::npos) << e.what();
   }
   EXPECT_EQ(lm.length(), 0u);
   const std::vector<std::int32_t> ok(10, 7);

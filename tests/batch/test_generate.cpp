@@ -165,21 +165,34 @@ TEST(Generator, PrefixReuseComputesOnlyTheNewTokens) {
 TEST(Generator, BadRequestsAreRejected) {
   lm_t lm(tiny_dir(), {.max_sequence = 64});
   generator<lm_t> g(lm);
-  auto expect_reject = [&](request r, const std::string& fragment) {
+  auto expect_reject = [&](request r, const std::string& fragment,
+                           error_code code = error_code::invalid_argument) {
     try {
       g.submit(std::move(r));
       FAIL() << fragment;
     } catch (const error& e) {
-      EXPECT_EQ(e.code(), error_code::invalid_argument);
+      EXPECT_EQ(e.code(), code);
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
   expect_reject({}, "request 0: empty prompt");
   expect_reject({.prompt = {1}, .max_new_tokens = 0}, "max_new_tokens is 0");
   expect_reject({.prompt = {1, 600}}, "prompt token 600 at 1 outside the vocabulary of 512");
+  expect_reject({.prompt = {1}, .stop = {3, -1}},
+                "request 0: stop token -1 at 1 outside the vocabulary of 512");
   expect_reject({.prompt = std::vector<std::int32_t>(60, 1), .max_new_tokens = 10},
-                "exceeds max_sequence 64");
+                "exceeds max_sequence 64", error_code::capacity_exhausted);
   EXPECT_TRUE(g.done());
+  // Only npullm::error escapes, here out_of_range for a request that was never submitted.
+  try {
+    (void)g.result(5);
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::out_of_range);
+    EXPECT_NE(std::string(e.what()).find("result of request 5; 0 were submitted"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

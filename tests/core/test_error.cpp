@@ -19,6 +19,28 @@ TEST(Error, CarriesCodeAndMessage) {
   }
 }
 
+TEST(Error, MessageIsWhatWithoutThePrefix) {
+  const error e(error_code::capacity_exhausted, "KV cache is full");
+  EXPECT_EQ(e.message(), "KV cache is full");
+  EXPECT_STREQ(e.what(), "npullm capacity_exhausted: KV cache is full");
+}
+
+// A caller that adds context re-raises with message(): the prefix appears once.
+TEST(Error, ReRaisedErrorsCompose) {
+  try {
+    try {
+      npullm::raise(error_code::out_of_range, "token 9 out of range for length 4");
+    } catch (const error& inner) {
+      npullm::raise(inner.code(), "batch_unroll: row 2 of 3: ", inner.message());
+    }
+    FAIL() << "raise returned";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::out_of_range);
+    EXPECT_STREQ(e.what(),
+                 "npullm out_of_range: batch_unroll: row 2 of 3: token 9 out of range for length 4");
+  }
+}
+
 TEST(Error, IsARuntimeError) {
   EXPECT_THROW(throw error(error_code::io, "x"), std::runtime_error);
 }

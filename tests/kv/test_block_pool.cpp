@@ -54,6 +54,18 @@ TEST(BlockPool, ReleasingAFreeBlockIsAnError) {
   EXPECT_EQ(pool.free_count(), 2u);
 }
 
+// The observers check their argument too: a block id past the pool is out_of_range, not a read
+// past the end of the reference counts.
+TEST(BlockPool, ObserversCheckTheBlockId) {
+  auto pool = make_pool(2);
+  EXPECT_EQ(pool.ref_count(1), 0u);
+  EXPECT_FALSE(pool.is_cached(1));
+  expect_error([&] { (void)pool.ref_count(2); }, error_code::out_of_range,
+               "ref_count of block 2, pool has 2 blocks");
+  expect_error([&] { (void)pool.is_cached(9); }, error_code::out_of_range,
+               "is_cached of block 9, pool has 2 blocks");
+}
+
 TEST(BlockPool, BlockViewsAreZeroCopyIntoStorage) {
   auto pool = make_pool(3);
   const auto s = pool.shape();

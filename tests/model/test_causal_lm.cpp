@@ -335,7 +335,23 @@ TEST(CausalLm, ErrorsLeaveThePipelineUsable) {
   EXPECT_EQ(lm.length(), 0u);
   const auto first = lm.prefill(prompt(30));
   const std::vector<std::int32_t> bad = {1, 512};
-  EXPECT_THROW(lm.decode(bad), error);  // outside the vocabulary
+  try {
+    lm.decode(bad);
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("causal_lm: token 512 at 1 outside the vocabulary of 512"),
+              std::string::npos)
+        << e.what();
+  }
+  try {  // more tokens than the decode shape's rows: a capacity, as every "too many tokens"
+    lm.decode(std::vector<std::int32_t>(9, 1));
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::capacity_exhausted);
+    EXPECT_NE(std::string(e.what()).find("exceeds the decode shape of 8 rows"), std::string::npos)
+        << e.what();
+  }
   for (int i = 0; i < 10; ++i) lm.decode(std::array<std::int32_t, 1>{1});
   try {
     lm.decode(std::array<std::int32_t, 1>{1});

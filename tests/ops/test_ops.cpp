@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -166,8 +168,8 @@ void check_gather() {
     ops::gather<T>(bad, table.view(), out2.view());
     FAIL();
   } catch (const error& e) {
-    EXPECT_EQ(e.code(), error_code::out_of_range);
-    EXPECT_NE(std::string(e.what()).find("id 37 at row 1 outside the vocabulary of 37"),
+    EXPECT_EQ(e.code(), error_code::invalid_argument);  // as every token-id check
+    EXPECT_NE(std::string(e.what()).find("gather: token 37 at 1 outside the vocabulary of 37"),
               std::string::npos);
   }
   for (std::size_t i = 0; i < out2.size(); ++i) ASSERT_EQ(out2.data()[i], 0.0f);  // untouched
@@ -190,6 +192,22 @@ TEST(Argmax, FirstLargestAndNaN) {
   EXPECT_EQ(out, (std::vector<std::int32_t>{1, 0, 3}));
   std::vector<std::int32_t> wrong(2);
   EXPECT_THROW(ops::argmax(x.view(), wrong), error);
+}
+
+// The one-row form that greedy sampling and verification use: the same rule. A NaN in front
+// does not win (std::max_element would keep it), -inf loses to any number, all-NaN gives 0.
+TEST(Argmax, OneRowNaNAndInfinities) {
+  const float inf = INFINITY;
+  auto of = [](std::initializer_list<float> v) {
+    return ops::argmax(std::span<const float>(v.begin(), v.size()));
+  };
+  EXPECT_EQ(of({NAN, 1, 4, 4}), 2);
+  EXPECT_EQ(of({-inf, -inf, -7}), 2);
+  EXPECT_EQ(of({-inf, -inf}), 0);
+  EXPECT_EQ(of({NAN, NAN}), 0);
+  EXPECT_EQ(of({NAN, -inf}), 1);
+  EXPECT_EQ(of({2, inf, NAN, inf}), 1);
+  EXPECT_THROW((void)ops::argmax(std::span<const float>()), error);
 }
 
 }  // namespace

@@ -48,6 +48,7 @@
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/speculative.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/tokens.hpp"
 #include "npullm/kv/prefix_cache.hpp"
 
 namespace npullm::batch {
@@ -116,8 +117,9 @@ class generator {
   generator(const generator&) = delete;
   generator& operator=(const generator&) = delete;
 
-  // Queues a request; returns its id. Rejects (invalid_argument, naming the request) empty
-  // prompts, max_new_tokens = 0, ids outside the vocabulary, and prompts that cannot fit.
+  // Queues a request; returns its id. Rejects, naming the request, empty prompts,
+  // max_new_tokens = 0 and ids outside the vocabulary (invalid_argument), and prompts that
+  // cannot fit in max_sequence (capacity_exhausted).
   std::size_t submit(request r) {
     const std::size_t id = requests_.size();
     const std::size_t vocab = lm_->config().vocab_size;
@@ -126,18 +128,12 @@ class generator {
     };
     if (r.prompt.empty()) reject("empty prompt");
     if (r.max_new_tokens == 0) reject("max_new_tokens is 0");
-    for (std::size_t i = 0; i < r.prompt.size(); ++i) {
-      if (r.prompt[i] < 0 || static_cast<std::size_t>(r.prompt[i]) >= vocab) {
-        reject("prompt token ", r.prompt[i], " at ", i, " outside the vocabulary of ", vocab);
-      }
-    }
-    for (std::int32_t s : r.stop) {
-      if (s < 0 || static_cast<std::size_t>(s) >= vocab)
-        reject("stop token ", s, " outside the vocabulary of ", vocab);
-    }
+    check_token_ids(r.prompt, vocab, "generator: request ", id, ": prompt");
+    check_token_ids(r.stop, vocab, "generator: request ", id, ": stop");
     if (r.prompt.size() + r.max_new_tokens > lm_->capacity()) {
-      reject("prompt of ", r.prompt.size(), " + ", r.max_new_tokens,
-             " new tokens exceeds max_sequence ", lm_->capacity());
+      raise(error_code::capacity_exhausted, "generator: request ", id, ": prompt of ",
+            r.prompt.size(), " + ", r.max_new_tokens, " new tokens exceeds max_sequence ",
+            lm_->capacity());
     }
     if constexpr (requires { draft_->check(vocab, std::size_t{}); }) {
       draft_->check(vocab, r.prompt.size() + r.max_new_tokens - 1);
@@ -160,7 +156,13 @@ class generator {
     while (!done()) step(cb);
   }
 
-  [[nodiscard]] const generation& result(std::size_t id) const { return requests_.at(id).out; }
+  [[nodiscard]] const generation& result(std::size_t id) const {
+    if (id >= requests_.size()) {
+      raise(error_code::out_of_range, "generator: result of request ", id, "; ",
+            requests_.size(), " were submitted");
+    }
+    return requests_[id].out;
+  }
   [[nodiscard]] const generator_stats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t running() const noexcept { return running_.size(); }
   [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.size(); }
@@ -242,6 +244,12 @@ class generator {
       table_type table = lm_->new_sequence();
       const std::size_t covered = cache_ ? cache_->attach(table, context) : 0;
       const std::span<const std::int32_t> rest = context.subspan(covered);
+      // Checked here: the capacity_exhausted caught below means "the pool is full, wait".
+      if (rest.size() > lm_->step_rows()) {
+        raise(error_code::capacity_exhausted, "generator: request ", id, ": ", rest.size(),
+              " context tokens to prefill exceed the pipeline's step of ", lm_->step_rows(),
+              " rows");
+      }
       // Only the rows the next step needs: the last token's logits (and hidden row for a head).
       auto sel = output_selection::last();
       if (hidden_wanted) sel.hidden_last();
@@ -253,7 +261,7 @@ class generator {
         if (e.code() != error_code::capacity_exhausted) throw;
         if (running_.empty()) {
           raise(error_code::capacity_exhausted, "generator: request ", id, " (", context.size(),
-                " context tokens) does not fit in the KV pool even alone: ", e.what());
+                " context tokens) does not fit in the KV pool even alone: ", e.message());
         }
         return;  // wait for running sequences to free blocks
       }
@@ -344,7 +352,7 @@ class generator {
         }
         if (running_.size() == 1) {
           raise(error_code::capacity_exhausted, "generator: request ", running_[0].id,
-                " cannot continue even alone: ", e.what());
+                " cannot continue even alone: ", e.message());
         }
         // Preempt the newest: free its blocks, recompute it later.
         sequence& newest = running_.back();

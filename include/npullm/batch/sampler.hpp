@@ -1,7 +1,8 @@
 // Token samplers: greedy, temperature, top-k, top-p, each request with its own seeded
 // generator, so the same request and seed give the same tokens whatever else is batched.
 //
-//   sampler_config{}                        greedy (temperature 0): the first largest logit
+//   sampler_config{}                        greedy (temperature 0): ops::argmax, the first
+//                                           largest logit (NaN never, unless all are NaN)
 //   sampler_config{.temperature = 0.8f}     softmax(logits / T), sampled
 //   .top_k = k                              only the k largest logits compete
 //   .top_p = p                              only the smallest set of tokens whose probability
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
+#include "npullm/ops/argmax.hpp"
 
 namespace npullm::batch {
 
@@ -43,8 +45,7 @@ class sampler {
   std::int32_t sample(std::span<const float> logits) {
     if (logits.empty()) raise(error_code::invalid_argument, "sampler: no logits");
     if (config_.temperature == 0.0f) {
-      return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                       logits.begin());
+      return ops::argmax(logits);
     }
     const std::vector<double> p = distribution(logits);
     return sample_from(p);
@@ -56,8 +57,7 @@ class sampler {
     std::vector<double> p(logits.size(), 0.0);
     if (logits.empty()) return p;
     if (config_.temperature == 0.0f) {
-      p[static_cast<std::size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())] =
-          1.0;
+      p[static_cast<std::size_t>(ops::argmax(logits))] = 1.0;
       return p;
     }
     std::vector<std::int32_t> ids(logits.size());

@@ -46,7 +46,9 @@
 #include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/tokens.hpp"
 #include "npullm/core/tensor.hpp"
+#include "npullm/ops/argmax.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/rms_norm.hpp"
 
@@ -87,10 +89,8 @@ struct draft_query {
   sampler* rng;                           // sampled request: draw with it; null: greedy
 };
 
-// Greedy token of a logits row (first largest).
-inline std::int32_t greedy_token(std::span<const float> logits) {
-  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
+// Greedy token of a logits row: ops::argmax (first largest; NaN never, unless all are NaN).
+inline std::int32_t greedy_token(std::span<const float> logits) { return ops::argmax(logits); }
 
 // Appends a draft token chosen from a logits row: greedy, or drawn with rng (its distribution
 // kept in q). Returns the token.
@@ -190,12 +190,7 @@ inline void check_proposal(const draft_proposal& d, std::size_t asked, std::size
     raise(error_code::invalid_argument, "speculative: the draft proposed ", d.tokens.size(),
           " tokens; ", asked, " were asked for");
   }
-  for (std::size_t i = 0; i < d.tokens.size(); ++i) {
-    if (d.tokens[i] < 0 || static_cast<std::size_t>(d.tokens[i]) >= vocab) {
-      raise(error_code::invalid_argument, "speculative: draft token ", d.tokens[i], " at ", i,
-            " outside the vocabulary of ", vocab);
-    }
-  }
+  check_token_ids(d.tokens, vocab, "speculative: draft");
   if (!d.q.empty() && d.q.size() != d.tokens.size()) {
     raise(error_code::invalid_argument, "speculative: the draft gave ", d.q.size(),
           " distributions for ", d.tokens.size(), " tokens");
@@ -280,7 +275,7 @@ class model_draft {
           const auto logits = lm_->step_sequences(inputs);
           for (std::size_t j = 0; j < who.size(); ++j) {
             const draft_query<Table>& q = queries[who[j]];
-            lane& l = lanes_.at(q.id);
+            lane& l = lane_of(q.id);
             l.fed.insert(l.fed.end(), inputs[j].ids.begin(), inputs[j].ids.end());
             draw_into(out[who[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng);
             live.push_back(who[j]);
@@ -302,6 +297,11 @@ class model_draft {
         l.table.truncate(keep);
         l.fed.resize(keep);
         const auto rest = q.context.subspan(keep);
+        // Checked here: flush() takes capacity_exhausted for "the pool is full, no proposals".
+        if (rest.size() > lm_->step_rows()) {
+          raise(error_code::capacity_exhausted, "model_draft: sequence ", q.id, ": ", rest.size(),
+                " tokens to catch up exceed the draft's step of ", lm_->step_rows(), " rows");
+        }
         if (rows + rest.size() > lm_->step_rows()) flush();
         inputs.push_back({&l.table, rest});
         who.push_back(i);
@@ -317,7 +317,7 @@ class model_draft {
       std::vector<input> inputs;
       for (std::size_t j = 0; j < live.size(); ++j) {
         last[j] = out[live[j]].tokens.back();
-        inputs.push_back({&lanes_.at(queries[live[j]].id).table, {&last[j], 1}});
+        inputs.push_back({&lane_of(queries[live[j]].id).table, {&last[j], 1}});
       }
       tensor<float, 2> logits;
       try {
@@ -328,7 +328,7 @@ class model_draft {
       }
       for (std::size_t j = 0; j < live.size(); ++j) {
         const draft_query<Table>& q = queries[live[j]];
-        lanes_.at(q.id).fed.push_back(last[j]);
+        lane_of(q.id).fed.push_back(last[j]);
         draw_into(out[live[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng);
       }
     }
@@ -345,6 +345,11 @@ class model_draft {
     table_type table;
     std::vector<std::int32_t> fed;  // the tokens whose KV the table holds
   };
+  lane& lane_of(std::size_t id) {
+    const auto it = lanes_.find(id);
+    if (it == lanes_.end()) raise(error_code::out_of_range, "model_draft: no sequence ", id);
+    return it->second;
+  }
   static std::size_t shared_prefix(const std::vector<std::int32_t>& fed,
                                    std::span<const std::int32_t> context) {
     const std::size_t n = std::min(fed.size(), context.size());
@@ -548,12 +553,7 @@ void check_speculation(const char* who, const Target& target, const Draft& draft
   }
   if (prompt.empty()) raise(error_code::invalid_argument, who, ": empty prompt");
   const std::size_t vocab = target.config().vocab_size;
-  for (std::size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || static_cast<std::size_t>(prompt[i]) >= vocab) {
-      raise(error_code::invalid_argument, who, ": prompt token ", prompt[i], " at ", i,
-            " outside the vocabulary of ", vocab);
-    }
-  }
+  check_token_ids(prompt, vocab, who, ": prompt");
   if (k + 1 > target.decode_rows()) {
     raise(error_code::invalid_argument, who, ": k ", k, " needs a decode shape of ", k + 1,
           " rows; the target's has ", target.decode_rows());

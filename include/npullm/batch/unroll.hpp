@@ -81,7 +81,7 @@ class batch_unroll {
         }
       } catch (const error& e) {
         p_->reset();
-        raise(e.code(), "batch_unroll: row ", r, " of ", n, ": ", e.what());
+        raise(e.code(), "batch_unroll: row ", r, " of ", n, ": ", e.message());
       }
     }
     p_->reset();

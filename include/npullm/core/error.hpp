@@ -1,10 +1,32 @@
 // npullm::error: the one exception type of the library.
 //
-// Every public entry point checks its arguments and throws `npullm::error` with a code and a
-// message that names the values involved ("row 7 out of range for batch of 4"). A call that
-// throws leaves every structure it was given as it was before the call.
+// Every public entry point checks its arguments and throws `npullm::error` (and nothing else
+// but std::bad_alloc) with a code and a message that names the values involved ("row 7 out of
+// range for batch of 4"). A call that throws leaves every structure it was given as it was
+// before the call. A caller that adds context re-raises with the same code and e.message()
+// (not what(), which carries the "npullm <code>: " prefix once).
+//
+// One code per condition, across the library:
+//
+//   condition                                                            code
+//   ------------------------------------------------------------------   ------------------
+//   views, operands or tensors whose shapes do not fit together          invalid_shape
+//   (an op's x/W/y, a KV tile, a file tensor against config.json)
+//   an index, slice, row, block id or request id outside what exists     out_of_range
+//   more tokens than a fixed capacity holds: the KV cache or block       capacity_exhausted
+//   pool, max_sequence, a static prompt, the rows of a decode or step
+//   a dtype other than the one a call or pipeline is configured for,     unsupported
+//   and input this build or backend does not handle (a model_type, a
+//   layout, generation through a scoring executor)
+//   a value wrong whatever the shapes: a token id outside the            invalid_argument
+//   vocabulary, an empty prompt, a zero count, options that contradict
+//   each other or the pipeline, a call in the wrong state
+//   a failure the execution backend reports (Level Zero, ...)            backend
+//   reading or mapping a file failed                                     io
+//   a file or buffer whose contents are malformed                        corrupt_data
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -43,12 +65,20 @@ class error : public std::runtime_error {
   // what() reads "npullm <code>: <message>".
   error(error_code code, const std::string& message)
       : std::runtime_error("npullm " + std::string(to_string(code)) + ": " + message),
-        code_(code) {}
+        code_(code),
+        prefix_(what_prefix(code)) {}
 
   [[nodiscard]] error_code code() const noexcept { return code_; }
+  // The message without the "npullm <code>: " prefix: what a re-raise appends to its context.
+  [[nodiscard]] std::string_view message() const noexcept { return what() + prefix_; }
 
  private:
+  static std::size_t what_prefix(error_code code) noexcept {
+    return std::string_view("npullm ").size() + to_string(code).size() + 2;
+  }
+
   error_code code_;
+  std::size_t prefix_;  // characters of what() before the message
 };
 
 namespace detail {

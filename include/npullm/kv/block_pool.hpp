@@ -119,7 +119,10 @@ class block_pool {
     check_id(b, "set_cached");
     cached_[b] = cached ? 1 : 0;
   }
-  [[nodiscard]] bool is_cached(block_id b) const { return cached_[b] != 0; }
+  [[nodiscard]] bool is_cached(block_id b) const {
+    check_id(b, "is_cached");
+    return cached_[b] != 0;
+  }
   // Called with a cached block's id just before allocate reuses it.
   void set_eviction_listener(std::function<void(block_id)> listener) {
     on_evict_ = std::move(listener);
@@ -159,7 +162,10 @@ class block_pool {
   [[nodiscard]] std::size_t total_count() const noexcept { return num_blocks_; }
   [[nodiscard]] std::size_t free_count() const noexcept { return free_count_; }
   [[nodiscard]] std::size_t used_count() const noexcept { return num_blocks_ - free_count_; }
-  [[nodiscard]] std::uint32_t ref_count(block_id b) const { return ref_[b]; }
+  [[nodiscard]] std::uint32_t ref_count(block_id b) const {
+    check_id(b, "ref_count");
+    return ref_[b];
+  }
   // The free queue front (next allocated) to back.
   [[nodiscard]] std::vector<block_id> free_blocks() const {
     std::vector<block_id> out;

@@ -45,6 +45,7 @@
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
+#include "npullm/core/tokens.hpp"
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/model/config.hpp"
@@ -217,7 +218,7 @@ class causal_lm {
     check_ids(ids);
     check_layers(layers);
     if (ids.size() > options_.decode_rows) {
-      raise(error_code::invalid_shape, "causal_lm: decode of ", ids.size(),
+      raise(error_code::capacity_exhausted, "causal_lm: decode of ", ids.size(),
             " tokens exceeds the decode shape of ", options_.decode_rows, " rows");
     }
     auto out = make_output(sel, ids.size());
@@ -303,7 +304,7 @@ class causal_lm {
     }
     check_layers(layers);
     if (total > prefill_rows_) {
-      raise(error_code::invalid_shape, "causal_lm: step of ", total, " tokens exceeds the ",
+      raise(error_code::capacity_exhausted, "causal_lm: step of ", total, " tokens exceeds the ",
             prefill_rows_, " rows of a step");
     }
     auto out = make_output(sel, total);  // checks the rows before any sequence changes
@@ -332,7 +333,7 @@ class causal_lm {
         inputs[i].table->truncate(st.packed[i].past);
       }
       raise(e.code(), "causal_lm: step_sequences: input ", reserved, " of ", inputs.size(), ": ",
-            e.what());
+            e.message());
     }
     st.ids = ids;
     backend_.execute(head_, st, -1, head_args_);
@@ -615,12 +616,7 @@ class causal_lm {
 
   void check_ids(std::span<const std::int32_t> ids) const {
     if (ids.empty()) raise(error_code::invalid_argument, "causal_lm: no tokens");
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= config_.vocab_size) {
-        raise(error_code::invalid_argument, "causal_lm: token ", ids[i], " at ", i,
-              " outside the vocabulary of ", config_.vocab_size);
-      }
-    }
+    check_token_ids(ids, config_.vocab_size, "causal_lm:");
   }
   void check_layers(std::size_t layers) const {
     if (layers != all_layers && layers > layers_.size()) {

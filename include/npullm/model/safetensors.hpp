@@ -252,7 +252,7 @@ class safetensors_file {
             "' has dtype ", t.dtype, "; npullm reads F32, F16 and BF16");
     }
     if (*stored != dtype_of<T>) {
-      raise(error_code::invalid_argument, "safetensors ", map_.path(), ": tensor '", name, "' is ",
+      raise(error_code::unsupported, "safetensors ", map_.path(), ": tensor '", name, "' is ",
             t.dtype, ", asked for as ", to_string(dtype_of<T>));
     }
     if (t.shape.size() != Rank) {

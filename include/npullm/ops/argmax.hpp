@@ -1,5 +1,9 @@
-// argmax of each row of x (M, N): the first index of the largest value (NaN is never chosen
-// unless the row is all NaN, then 0). N = 0 is invalid_shape.
+// The one argmax of the library (greedy decoding, verification, samplers): the first index of
+// the largest value. NaN is never chosen unless every value is NaN, then 0; -inf is chosen
+// only when every other value is -inf or NaN.
+//
+//   argmax(std::span<const float> logits)      one row; empty is invalid_shape
+//   argmax(x (M, N), out (M))                  every row; N = 0 is invalid_shape
 #pragma once
 
 #include <cmath>
@@ -12,23 +16,26 @@
 
 namespace npullm::ops {
 
+inline std::int32_t argmax(std::span<const float> x) {
+  if (x.empty()) raise(error_code::invalid_shape, "argmax: no values");
+  std::size_t best = 0;
+  float best_v = x[0];
+  for (std::size_t i = 1; i < x.size(); ++i) {
+    const float v = x[i];
+    if (v > best_v || (std::isnan(best_v) && !std::isnan(v))) {
+      best = i;
+      best_v = v;
+    }
+  }
+  return static_cast<std::int32_t>(best);
+}
+
 inline void argmax(dense_view<const float, 2> x, std::span<std::int32_t> out) {
   if (out.size() != x.extent(0) || x.extent(1) == 0) {
     raise(error_code::invalid_shape, "argmax: x ", npullm::detail::format_extents(x.extents()),
           " into ", out.size(), " indices");
   }
-  for (std::size_t m = 0; m < x.extent(0); ++m) {
-    std::size_t best = 0;
-    float best_v = x(m, 0);
-    for (std::size_t i = 1; i < x.extent(1); ++i) {
-      const float v = x(m, i);
-      if (v > best_v || (std::isnan(best_v) && !std::isnan(v))) {
-        best = i;
-        best_v = v;
-      }
-    }
-    out[m] = static_cast<std::int32_t>(best);
-  }
+  for (std::size_t m = 0; m < x.extent(0); ++m) out[m] = argmax({&x(m, 0), x.extent(1)});
 }
 
 }  // namespace npullm::ops

@@ -9,6 +9,7 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/tokens.hpp"
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
@@ -21,12 +22,7 @@ void gather(std::span<const std::int32_t> ids, dense_view<const T, 2> table,
           npullm::detail::format_extents(out.extents()), " from table ",
           npullm::detail::format_extents(table.extents()));
   }
-  for (std::size_t m = 0; m < ids.size(); ++m) {
-    if (ids[m] < 0 || static_cast<std::size_t>(ids[m]) >= table.extent(0)) {
-      raise(error_code::out_of_range, "gather: id ", ids[m], " at row ", m,
-            " outside the vocabulary of ", table.extent(0));
-    }
-  }
+  check_token_ids(ids, table.extent(0), "gather:");
   const std::size_t d = table.extent(1);
   for (std::size_t m = 0; m < ids.size(); ++m) {
     const T* src = &table(static_cast<std::size_t>(ids[m]), 0);
