@@ -16,7 +16,7 @@
 #include "npullm/batch/scorer.hpp"
 #include "npullm/batch/unroll.hpp"
 #include "npullm/model/causal_lm.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 namespace {
 

@@ -19,7 +19,7 @@
 
 #include "bench_util.hpp"
 #include "npullm/model/causal_lm.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "machine_limits.hpp"
 #include "npullm/batch/generate.hpp"
 #include "npullm/model/causal_lm.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 #include "npullm/ops/argmax.hpp"
 
 namespace {

@@ -1,12 +1,12 @@
 // npullm_make_model: writes a generated Hugging Face style model directory.
 //   npullm_make_model <preset> <dir> [f32|f16|bf16] [seed]
-// presets: tiny, tiny-llama, qwen2-0.5b (see include/npullm/model/generator.hpp).
+// presets: tiny, tiny-llama, qwen2-0.5b (see include/npullm/model/synthetic.hpp).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "npullm/core/error.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 namespace npullm::testing {
 

@@ -10,6 +10,10 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
+#include "npullm/core/tokens.hpp"
+
+#include "npullm/step/output.hpp"
+#include "npullm/step/pipeline.hpp"
 
 #include "npullm/kv/block_pool.hpp"
 #include "npullm/kv/block_table.hpp"
@@ -33,13 +37,14 @@
 #include "npullm/ops/softmax.hpp"
 
 #include "npullm/model/config.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/medusa_head.hpp"
+#include "npullm/model/pipeline_config.hpp"
 #include "npullm/model/safetensors.hpp"
+#include "npullm/model/synthetic.hpp"
 
 #include "npullm/batch/generate.hpp"
 #include "npullm/batch/inputs.hpp"
 #include "npullm/batch/sampler.hpp"
-#include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/scorer.hpp"
 #include "npullm/batch/speculative.hpp"
 #include "npullm/batch/unroll.hpp"

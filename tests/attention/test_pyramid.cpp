@@ -192,25 +192,6 @@ TEST(Pyramid, InputsAreViewsIntoTheSharedBuffers) {
   }
 }
 
-TEST(Pyramid, MaskIsBuiltOncePerStepNotPerLayer) {
-  const setup s{4, 16, 4};
-  const pyramid_plan plan(4, 16);
-  const kv_shape shape{6, 2, 16};
-  kv::contiguous_cache<float> cache(shape, plan.max_past());
-  cache.append(plan.max_past());
-  const auto mask = full_mask(s, 6, 4);
-  tensor<float, 3> pk(2, 4, 16), pv(2, 4, 16), q(4, 4, 16), out(4, 4, 16);
-  const std::size_t before = pyramid_step::builds().load();
-  const pyramid_step step(plan, mask.view(), 6, 4);
-  for (std::size_t layer = 0; layer < shape.layers; ++layer) {
-    const kv_tile<float> past = pyramid_past(cache, layer, step);
-    pyramid_attention(attention_io{q.view(), out.view(), {}, 1.0f},
-                      std::span<const kv_tile<float>>(&past, 1),
-                      kv_tile<float>{pk.view(), pv.view(), 0}, step);
-  }
-  EXPECT_EQ(pyramid_step::builds().load() - before, 1u);
-}
-
 TEST(Pyramid, BadInputs) {
   const pyramid_plan plan(4, 16);
   tensor<float, 2> wrong(4, 10);

@@ -19,6 +19,7 @@
 #include "npullm/batch/speculative.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/model/medusa_head.hpp"
 #include "npullm/model/safetensors.hpp"
 #include "support.hpp"
 
@@ -163,8 +164,8 @@ double kv_difference(const Cache& a, const Cache& b, std::size_t layers, std::si
 // Medusa heads over a model directory's final norm and LM head, w_i random N(0, scale^2).
 struct medusa_fixture {
   model::safetensors_model file;
-  batch::medusa_head<float> head;
-  static batch::medusa_head<float> make(const model::safetensors_model& f,
+  model::medusa_head<float> head;
+  static model::medusa_head<float> make(const model::safetensors_model& f,
                                         const model::model_config& c, std::size_t heads,
                                         float scale, std::uint64_t seed) {
     std::vector<tensor<float, 2>> w;
@@ -184,7 +185,7 @@ struct medusa_fixture {
       w.push_back(std::move(t));
     }
     const auto head_name = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    return batch::medusa_head<float>(f.view<float, 1>("model.norm.weight"),
+    return model::medusa_head<float>(f.view<float, 1>("model.norm.weight"),
                                      f.view<float, 2>(head_name),
                                      static_cast<float>(c.rms_norm_eps), std::move(w));
   }
@@ -206,7 +207,7 @@ struct draft_set {
   batch::model_draft<LM> twin_draft{twin}, small_draft{small};
   batch::self_draft<LM> first_layer{target, 1}, all_layers{target, 2};
   medusa_fixture medusa;
-  batch::head_draft<batch::medusa_head<float>> medusa_draft{medusa.head};
+  batch::head_draft<model::medusa_head<float>> medusa_draft{medusa.head};
   oracle_draft right, wrong;
   oracle_head right_head, wrong_head;
   batch::head_draft<oracle_head> right_head_draft{right_head}, wrong_head_draft{wrong_head};

@@ -13,7 +13,7 @@
 
 #include "npullm/batch/generate.hpp"
 #include "npullm/model/causal_lm.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 namespace {
 
@@ -27,6 +27,13 @@ const fs::path& tiny_dir() {
 
 using lm_t = model::causal_lm<
     model::pipeline_config<model::block_kv<float, 8>, model::dynamic_attention<>, float>>;
+
+// The contracts the executors static_assert (step/pipeline.hpp): a block-KV pipeline is all
+// three; a contiguous one is no block_pipeline, so generator<contiguous> fails with a sentence.
+using contiguous_lm_t = model::causal_lm<
+    model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
+static_assert(block_pipeline<lm_t> && decoding_pipeline<lm_t> && batch1_pipeline<lm_t>);
+static_assert(!block_pipeline<contiguous_lm_t> && decoding_pipeline<contiguous_lm_t>);
 
 std::vector<std::int32_t> prompt(std::size_t n, std::uint32_t seed) {
   std::vector<std::int32_t> ids(n);

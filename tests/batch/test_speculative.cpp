@@ -167,7 +167,7 @@ TEST(Speculative, EachPassComputesOnlyTheRowsTheDraftNeeds) {
   {  // A head: the prompt's last row also as a hidden row; verify passes: hidden rows too.
     recording_target t{&lm, {}};
     medusa_fixture m(target_dir(), 4, 0.05f, 5);
-    head_draft<medusa_head<float>> d(m.head);
+    head_draft<model::medusa_head<float>> d(m.head);
     EXPECT_EQ(speculative_generate(t, d, p, new_tokens, 3), expected().tokens);
     EXPECT_EQ(t.passes.front().logits, std::vector<std::size_t>{last});
     EXPECT_EQ(t.passes.front().hidden, std::vector<std::size_t>{last});
@@ -329,7 +329,7 @@ TEST(Speculative, BadArgumentsLeaveTheTargetAsItWas) {
   w.emplace_back(128, 64);
   expect_error(
       [&] {
-        medusa_head<float>(f.view<float, 1>("model.norm.weight"),
+        model::medusa_head<float>(f.view<float, 1>("model.norm.weight"),
                            f.view<float, 2>("model.embed_tokens.weight"), 1e-6f, std::move(w));
       },
       error_code::invalid_shape, "medusa_head: head 0 is [128, 64], not (128, 128)");

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "npullm/model/causal_lm.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 namespace {
 
@@ -320,6 +320,43 @@ TEST(CausalLm, OnlyTheSelectedRowsGetLogits) {
   const auto h = lm.prefill(prompt(10), batch::output_selection::none().hidden_for({2, 9}));
   EXPECT_EQ(h.logits.extent(0), 0u);
   EXPECT_EQ(h.hidden.extent(0), 2u);
+}
+
+// Activations are sized from the step capacity (step_rows), not from max_sequence: the
+// buffers a pipeline allocates through its backend (activations, and the biases, the same for
+// both) do not grow with max_sequence, and grow by exactly one row's worth per step row.
+TEST(CausalLm, ActivationsAreSizedFromTheStepNotMaxSequence) {
+  causal_lm<f32_contiguous> small(tiny_dir(), {.max_sequence = 256, .step_rows = 16});
+  causal_lm<f32_contiguous> large(tiny_dir(), {.max_sequence = 4096, .step_rows = 16});
+  causal_lm<f32_contiguous> whole(tiny_dir(), {.max_sequence = 256});  // step_rows 0: 256
+  EXPECT_EQ(small.step_rows(), 16u);
+  EXPECT_EQ(whole.step_rows(), 256u);
+  const auto& c = small.config();
+  // x, h (hidden); q, q head-major, attention out (q_size); k, v, both head-major (kv_size);
+  // gate, up (intermediate).
+  const std::size_t row_bytes = (2 * c.hidden_size + 3 * c.q_size() + 4 * c.kv_size() +
+                                 2 * c.intermediate_size) * sizeof(float);
+  EXPECT_EQ(large.backend().stats().bytes, small.backend().stats().bytes);
+  EXPECT_EQ(whole.backend().stats().bytes - small.backend().stats().bytes, (256 - 16) * row_bytes);
+  // A prompt longer than a step runs in steps, with the same logits as one step.
+  const auto ids = prompt(40);
+  const auto sel = batch::output_selection::all_rows();
+  const auto a = small.prefill(ids, sel);
+  const auto b = whole.prefill(ids, sel);
+  for (std::size_t row = 0; row < ids.size(); ++row)
+    EXPECT_LE(max_diff(a.logits_of(row), b.logits_of(row)), 1e-5) << row;
+}
+
+// The pipeline builds a pyramid step's variant mask once per step, for all its layers (the
+// tiny model has 2; built per layer, a step would count 2).
+TEST(CausalLm, PyramidMaskIsBuiltOncePerStepNotPerLayer) {
+  causal_lm<f32_pyramid> lm(tiny_dir(), {.max_sequence = 96, .decode_rows = 1});
+  ASSERT_GE(lm.config().num_hidden_layers, 2u);
+  const std::size_t before = attention::pyramid_step::builds().load();
+  (void)lm.prefill(prompt(40));  // chunks of 16: 3 steps
+  EXPECT_EQ(attention::pyramid_step::builds().load() - before, 3u);
+  (void)lm.decode(std::array<std::int32_t, 1>{1});
+  EXPECT_EQ(attention::pyramid_step::builds().load() - before, 4u);
 }
 
 TEST(CausalLm, ErrorsLeaveThePipelineUsable) {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "npullm/model/config.hpp"
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 
 namespace {
 

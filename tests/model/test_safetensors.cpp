@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "npullm/model/generator.hpp"
+#include "npullm/model/synthetic.hpp"
 #include "npullm/model/safetensors.hpp"
 
 namespace {

@@ -44,12 +44,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/speculative.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/core/tokens.hpp"
 #include "npullm/kv/prefix_cache.hpp"
+#include "npullm/step/pipeline.hpp"
 
 namespace npullm::batch {
 
@@ -101,11 +101,14 @@ struct prefix_cache_for<kv::block_table<T, Allocator>> {
 
 template <class LM, class Draft = no_draft>
 class generator {
+  static_assert(block_pipeline<LM>,
+                "batch::generator<LM>: LM must run many sequences over block KV (block_pipeline "
+                "in step/pipeline.hpp); configure the pipeline with model::block_kv<T, BlockSize>, "
+                "or score with batch_unroll / batched_scorer");
   static constexpr bool speculative = !std::is_same_v<Draft, no_draft>;
   static constexpr bool hidden_wanted = draft_wants_hidden<Draft>;
-  using kv_type = typename LM::KvT;
   // The pipeline's block table (whatever allocator its pool uses) and the prefix cache over it.
-  using table_type = std::remove_pointer_t<decltype(LM::sequence_input::table)>;
+  using table_type = typename LM::table_type;
   using cache_type = typename detail::prefix_cache_for<table_type>::type;
 
  public:

@@ -22,7 +22,8 @@
 //                     away before the verify pass rewrites those positions in every layer
 //   head_draft<Head>  a draft head (draft_head) fed by the target's pre-norm hidden row of the
 //                     last accepted row: head i proposes the token i + 1 places after the one
-//                     that row predicted (Medusa); medusa_head is one over the target's LM head
+//                     that row predicted (Medusa); model::medusa_head (model/medusa_head.hpp)
+//                     is one over the target's LM head
 // A draft may also offer propose_batch(queries) and forget(id): the batched generator
 // (generate.hpp) runs the same rounds for all its sequences in packed passes.
 //
@@ -43,14 +44,12 @@
 #include <utility>
 #include <vector>
 
-#include "npullm/batch/output_rows.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/core/error.hpp"
-#include "npullm/core/tokens.hpp"
 #include "npullm/core/tensor.hpp"
+#include "npullm/core/tokens.hpp"
 #include "npullm/ops/argmax.hpp"
-#include "npullm/ops/linear.hpp"
-#include "npullm/ops/rms_norm.hpp"
+#include "npullm/step/pipeline.hpp"
 
 namespace npullm::batch {
 
@@ -209,6 +208,10 @@ inline void check_proposal(const draft_proposal& d, std::size_t asked, std::size
 // block table per request from its own pool, fed in packed steps.
 template <class LM>
 class model_draft {
+  static_assert(decoding_pipeline<LM>,
+                "model_draft<LM>: LM must be a decoding pipeline (step/pipeline.hpp: prefill, "
+                "decode, truncate, length, capacity, decode_rows)");
+
  public:
   explicit model_draft(LM& lm) noexcept : lm_(&lm) {}
 
@@ -261,7 +264,7 @@ class model_draft {
   // a later step that does not fit ends every proposal there (proposals are only a guess).
   template <class Table>
   std::vector<draft_proposal> propose_batch(
-      std::span<const draft_query<Table>> queries) requires LM::blocks {
+      std::span<const draft_query<Table>> queries) requires block_pipeline<LM> {
     using input = typename LM::sequence_input;
     std::vector<draft_proposal> out(queries.size());
     std::vector<std::size_t> live;  // queries still proposing
@@ -340,7 +343,7 @@ class model_draft {
 
  private:
   // The pipeline's block table type (whatever allocator its pool uses).
-  using table_type = std::remove_pointer_t<decltype(LM::sequence_input::table)>;
+  using table_type = typename LM::table_type;
   struct lane {
     table_type table;
     std::vector<std::int32_t> fed;  // the tokens whose KV the table holds
@@ -374,6 +377,10 @@ class model_draft {
 // save that recomputation; the pipeline does not take a start layer.)
 template <class LM>
 class self_draft {
+  static_assert(decoding_pipeline<LM>,
+                "self_draft<LM>: LM must be a decoding pipeline with an early exit "
+                "(step/pipeline.hpp: decode(ids, selection, layers), truncate, length)");
+
  public:
   self_draft(LM& target, std::size_t layers) : lm_(&target), layers_(layers) {
     if (layers > target.config().num_hidden_layers) {
@@ -399,7 +406,7 @@ class self_draft {
   // table back to its length. A step that does not fit the pool ends the proposals there.
   template <class Table>
   std::vector<draft_proposal> propose_batch(
-      std::span<const draft_query<Table>> queries) requires LM::blocks {
+      std::span<const draft_query<Table>> queries) requires block_pipeline<LM> {
     std::vector<draft_proposal> out(queries.size());
     std::vector<std::size_t> base(queries.size());
     for (std::size_t i = 0; i < queries.size(); ++i) base[i] = queries[i].table->length();
@@ -486,58 +493,6 @@ class head_draft {
   const H* head_;
 };
 
-// Medusa-style heads over a target's final norm and LM head (views of its weights, which must
-// outlive the head): head i maps the pre-norm hidden row h to
-//   logits_i = lm_head(rms_norm(h + silu(w_i h)))          w_i (hidden, hidden), own weights
-// w_i = 0 gives the target's own next-token logits (Medusa's start before training).
-template <storage_type W>
-class medusa_head {
- public:
-  medusa_head(dense_view<const W, 1> final_norm, dense_view<const W, 2> lm_head, float eps,
-              std::vector<tensor<float, 2>> w)
-      : norm_(final_norm), lm_head_(lm_head), eps_(eps), w_(std::move(w)) {
-    const std::size_t h = lm_head.extent(1);
-    if (final_norm.extent(0) != h) {
-      raise(error_code::invalid_shape, "medusa_head: final norm of ", final_norm.extent(0),
-            " for an LM head of hidden size ", h);
-    }
-    if (w_.empty()) raise(error_code::invalid_argument, "medusa_head: no heads");
-    for (std::size_t i = 0; i < w_.size(); ++i) {
-      if (w_[i].extent(0) != h || w_[i].extent(1) != h) {
-        raise(error_code::invalid_shape, "medusa_head: head ", i, " is ",
-              npullm::detail::format_extents(w_[i].view().extents()), ", not (", h, ", ", h, ")");
-      }
-    }
-  }
-  [[nodiscard]] std::size_t heads() const noexcept { return w_.size(); }
-  [[nodiscard]] std::size_t vocab() const noexcept { return lm_head_.extent(0); }
-  [[nodiscard]] std::size_t hidden_size() const noexcept { return lm_head_.extent(1); }
-
-  [[nodiscard]] std::vector<float> logits(std::span<const float> hidden, std::size_t i) const {
-    const std::size_t h = hidden_size();
-    if (i >= heads() || hidden.size() != h) {
-      raise(error_code::out_of_range, "medusa_head: head ", i, " of ", heads(), ", hidden row of ",
-            hidden.size(), " for hidden size ", h);
-    }
-    tensor<float, 2> x(1, h), y(1, h);  // (1, hidden)
-    std::copy(hidden.begin(), hidden.end(), x.data());
-    ops::linear<float>(std::as_const(x).view(), w_[i].view(), y.view());
-    for (std::size_t j = 0; j < h; ++j) {
-      const float v = y.data()[j];
-      x.data()[j] += v / (1.0f + std::exp(-v));
-    }
-    ops::rms_norm<W>(std::as_const(x).view(), norm_, eps_, x.view());
-    std::vector<float> out(vocab());
-    ops::linear<W>(std::as_const(x).view(), lm_head_, dense_view<float, 2>(out.data(), 1, vocab()));
-    return out;
-  }
-
- private:
-  dense_view<const W, 1> norm_;
-  dense_view<const W, 2> lm_head_;
-  float eps_;
-  std::vector<tensor<float, 2>> w_;
-};
 
 // ---- one sequence ---------------------------------------------------------------------------
 
@@ -575,6 +530,9 @@ std::vector<std::int32_t> speculate(const char* who, Target& target, Draft& draf
                                     std::span<const std::int32_t> prompt,
                                     std::size_t max_new_tokens, std::size_t k, sampler* target_rng,
                                     sampler* draft_rng, speculative_stats* stats) {
+  static_assert(decoding_pipeline<Target>,
+                "speculative_generate: the target must be a decoding pipeline (step/pipeline.hpp: "
+                "prefill, decode, truncate, length, capacity, decode_rows)");
   check_speculation(who, target, draft, prompt, max_new_tokens, k);
   constexpr bool hidden_wanted = draft_wants_hidden<Draft>;
   const std::size_t vocab = target.config().vocab_size;

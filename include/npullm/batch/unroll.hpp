@@ -16,21 +16,11 @@
 #include <string>
 
 #include "npullm/batch/inputs.hpp"
-#include "npullm/batch/output_rows.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/core/tensor.hpp"
+#include "npullm/step/pipeline.hpp"
 
 namespace npullm::batch {
-
-// What batch_unroll needs of a pipeline: prefill one row, reset, and its sizes.
-template <class P>
-concept batch1_pipeline = requires(P& p, std::span<const std::int32_t> ids,
-                                   const output_selection& sel) {
-  { p.prefill(ids, sel) } -> std::same_as<step_output>;
-  p.reset();
-  { p.config().vocab_size } -> std::convertible_to<std::size_t>;
-  { p.config().hidden_size } -> std::convertible_to<std::size_t>;
-};
 
 enum class pooling { none, last, mean };  // of pre-norm hidden states
 
@@ -44,8 +34,12 @@ struct unroll_result {
   tensor<float, 2> hidden;  // (N, hidden), or empty
 };
 
-template <batch1_pipeline P>
+template <class P>
 class batch_unroll {
+  static_assert(batch1_pipeline<P>,
+                "batch_unroll<P>: P must be a batch-1 pipeline (step/pipeline.hpp: prefill(ids, "
+                "output_selection) -> step_output, reset(), config().vocab_size / hidden_size)");
+
  public:
   explicit batch_unroll(P& pipeline) noexcept : p_(&pipeline) {}
 

@@ -4,6 +4,7 @@
 // i in [0, n), possibly on several threads, and parallel_for returns when all have finished.
 //   serial            runs everything on the calling thread (tests; engines that own threads)
 //   thread_pool       a pool whose size the user sets; the calling thread takes part
+//   pool_policy       a pool if one is given, else serial (a pipeline's option)
 // Kernels must split work so that results do not depend on which thread runs which index:
 // they may depend on the partition (the thread count), never on timing.
 //
@@ -21,6 +22,7 @@
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "npullm/core/error.hpp"
@@ -149,8 +151,23 @@ class thread_pool {
   std::atomic<bool> stop_{false};
 };
 
+// A threading policy over an optional pool: the pool's threads, or serial when there is none
+// (what a pipeline holds: its options name a pool or nullptr).
+struct pool_policy {
+  const thread_pool* pool = nullptr;
+  [[nodiscard]] std::size_t concurrency() const noexcept { return pool ? pool->concurrency() : 1; }
+  template <class Fn>
+  void parallel_for(std::size_t n, Fn&& fn) const {
+    if (pool)
+      pool->parallel_for(n, std::forward<Fn>(fn));
+    else
+      serial::parallel_for(n, fn);
+  }
+};
+
 static_assert(threading_policy<serial>);
 static_assert(threading_policy<thread_pool>);
+static_assert(threading_policy<pool_policy>);
 
 // Splits [0, n) into `parts` contiguous chunks of near-equal size; chunk k is
 // [chunk_begin(n, parts, k), chunk_begin(n, parts, k + 1)). Deterministic for given n, parts.

@@ -16,7 +16,11 @@
 //   auto out = lm.prefill(prompt);           // logits of the last prompt token
 //   auto next = lm.decode(std::array{token});
 //
-// Prefill modes (pipeline_options::prefill): dynamic (any length, one step), static (prompt
+// Activations are sized from the largest step (pipeline_options::step_rows, or the static /
+// chunked prefill size, or decode_rows), not from max_sequence unless step_rows is left 0.
+//
+// Prefill modes (pipeline_options::prefill): dynamic (any length, in steps of up to step_rows
+// tokens; one step by default), static (prompt
 // capacity P: the prompt right-aligned in P slots, padded slots masked; the static shape a
 // device graph has) and chunked (chunks of q, each chunk's K/V joining the past). All three
 // give the same logits. With pyramid_attention_policy<q> (contiguous KV) chunks and decode
@@ -41,7 +45,6 @@
 #include "npullm/attention/flash.hpp"
 #include "npullm/attention/mask.hpp"
 #include "npullm/attention/pyramid.hpp"
-#include "npullm/batch/output_rows.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
@@ -49,6 +52,7 @@
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/model/pipeline_config.hpp"
 #include "npullm/model/safetensors.hpp"
 #include "npullm/npu/host.hpp"
 #include "npullm/ops/gather.hpp"
@@ -56,78 +60,16 @@
 #include "npullm/ops/rms_norm.hpp"
 #include "npullm/ops/rope.hpp"
 #include "npullm/ops/silu_mul.hpp"
+#include "npullm/step/output.hpp"
 
 namespace npullm::model {
 
-// ---- policies ----------------------------------------------------------------------------
-
-// KV in one static-capacity contiguous cache of element type T.
-template <storage_type T>
-struct contiguous_kv {
-  using value_type = T;
-};
-// KV in blocks of BlockSize tokens from a block pool, element type T.
-template <storage_type T, std::size_t BlockSize>
-struct block_kv {
-  static_assert(BlockSize > 0);
-  using value_type = T;
-  static constexpr std::size_t block_size = BlockSize;
-};
-
-// Attention over the whole past as it is (the fast host path).
-template <class Tiles = attention::flash<>>
-struct dynamic_attention {
-  using tiles = Tiles;
-};
-// Static shapes: chunks of Chunk queries and decode steps run the smallest pyramid variant.
-template <std::size_t Chunk, class Tiles = attention::flash<>>
-struct pyramid_attention_policy {
-  static_assert(Chunk > 0);
-  using tiles = Tiles;
-  static constexpr std::size_t chunk = Chunk;
-};
-
-template <class Kv, class Attention, storage_type Weights, class Backend = npu::host_backend>
-struct pipeline_config {
-  using kv = Kv;
-  using attention_policy = Attention;
-  using weight_type = Weights;
-  using backend_type = Backend;
-};
-
-struct prefill_mode {
-  enum class kind { dynamic, static_shape, chunked };
-  kind mode = kind::dynamic;
-  std::size_t size = 0;  // P for static_shape, q for chunked
-
-  static prefill_mode dynamic() { return {}; }
-  static prefill_mode static_prompt(std::size_t capacity) { return {kind::static_shape, capacity}; }
-  static prefill_mode chunked(std::size_t chunk) { return {kind::chunked, chunk}; }
-};
-
-struct pipeline_options {
-  std::size_t max_sequence = 2048;  // longest sequence (and the rows of a dynamic prefill step)
-  std::size_t kv_capacity = 0;      // KV tokens in the pool (block KV); 0: max_sequence
-  prefill_mode prefill = prefill_mode::dynamic();
-  std::size_t decode_rows = 8;        // the decode shape: up to this many tokens a step
-  const thread_pool* pool = nullptr;  // nullptr: serial
-};
-
-// A threading policy over an optional pool.
-struct pool_policy {
-  const thread_pool* pool = nullptr;
-  [[nodiscard]] std::size_t concurrency() const noexcept { return pool ? pool->concurrency() : 1; }
-  template <class Fn>
-  void parallel_for(std::size_t n, Fn&& fn) const {
-    if (pool)
-      pool->parallel_for(n, std::forward<Fn>(fn));
-    else
-      serial::parallel_for(n, fn);
-  }
-};
-
 template <class Config>
 class causal_lm {
+  static_assert(pipeline_configuration<Config>,
+                "causal_lm<Config>: Config must be a model::pipeline_config<Kv, Attention, "
+                "Weights, Backend> (model/pipeline_config.hpp)");
+
  public:
   using W = typename Config::weight_type;
   using kv_policy = typename Config::kv;
@@ -142,9 +84,8 @@ class causal_lm {
   using pool_type = kv::block_pool<KvT, kv_allocator>;
   template <class T, std::size_t Rank>
   using buffer = typename backend_type::template buffer<T, Rank>;
-  static constexpr bool blocks = requires { kv_policy::block_size; };
-  static constexpr bool pyramid = requires { attention_policy::chunk; };
-  static_assert(!(pyramid && blocks), "causal_lm: pyramid attention runs over contiguous KV");
+  static constexpr bool blocks = block_kv_policy<kv_policy>;
+  static constexpr bool pyramid = pyramid_policy<attention_policy>;
 
   struct timings {
     double head = 0, body = 0, tail = 0;  // seconds
@@ -175,8 +116,8 @@ class causal_lm {
   }
 
   // Runs a prompt (appended to the current sequence; static prefill needs an empty one).
-  batch::step_output prefill(std::span<const std::int32_t> ids,
-                             const batch::output_selection& sel = batch::output_selection::last()) {
+  step_output prefill(std::span<const std::int32_t> ids,
+                             const output_selection& sel = output_selection::last()) {
     check_ids(ids);
     const std::size_t n = ids.size();
     auto out = make_output(sel, n);
@@ -192,7 +133,7 @@ class causal_lm {
               " tokens exceeds the static prompt capacity ", mode.size);
       }
       run_step(ids, 0, slots{mode.size, mode.size - n}, body_prefill_, out);
-    } else if (mode.mode == prefill_mode::kind::chunked || pyramid) {
+    } else if (mode.mode == prefill_mode::kind::chunked || pyramid || n > prefill_rows_) {
       const std::size_t q = chunk_size();
       check_capacity(n);
       for (std::size_t t0 = 0; t0 < n; t0 += q) {
@@ -212,8 +153,8 @@ class causal_lm {
   // appended with K/V written for those layers only; the layers above keep stale values there,
   // so the caller truncates them away and a full pass rewrites them (the first layers' K/V of
   // a token do not depend on the layers above, so they equal the full model's).
-  batch::step_output decode(std::span<const std::int32_t> ids,
-                            const batch::output_selection& sel = batch::output_selection::last(),
+  step_output decode(std::span<const std::int32_t> ids,
+                            const output_selection& sel = output_selection::last(),
                             std::size_t layers = all_layers) {
     check_ids(ids);
     check_layers(layers);
@@ -286,7 +227,7 @@ class causal_lm {
     std::vector<std::size_t> last_rows;
     std::size_t end = 0;
     for (const sequence_input& in : inputs) last_rows.push_back((end += in.ids.size()) - 1);
-    return step_sequences(inputs, batch::output_selection().logits_for(std::move(last_rows)))
+    return step_sequences(inputs, output_selection().logits_for(std::move(last_rows)))
         .logits;
   }
 
@@ -294,8 +235,8 @@ class causal_lm {
   // 1's, ...) for logits and, separately, for pre-norm hidden rows; `layers` is decode()'s
   // early exit. Speculative verification asks for every row of each input (and the hidden rows
   // a draft head needs); a self-speculation draft step for each input's last row.
-  batch::step_output step_sequences(std::span<const sequence_input> inputs,
-                                    const batch::output_selection& sel,
+  step_output step_sequences(std::span<const sequence_input> inputs,
+                                    const output_selection& sel,
                                     std::size_t layers = all_layers) requires blocks {
     std::size_t total = 0;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -426,7 +367,7 @@ class causal_lm {
     std::size_t logit_offset;                 // first output row they fill
     std::span<const std::size_t> hidden_rows;
     std::size_t hidden_offset;
-    batch::step_output* out;
+    step_output* out;
   };
 
   // ---- construction ----------------------------------------------------------------------
@@ -434,9 +375,12 @@ class causal_lm {
   bool static_prefill() const noexcept {
     return options_.prefill.mode == prefill_mode::kind::static_shape || pyramid;
   }
+  // Tokens per step of a prefill that takes several: the pyramid chunk, the chunked mode's
+  // size, or a dynamic step's rows (options.step_rows) for a longer prompt.
   std::size_t chunk_size() const noexcept {
     if constexpr (pyramid) return attention_policy::chunk;
-    return options_.prefill.size;
+    if (options_.prefill.mode == prefill_mode::kind::chunked) return options_.prefill.size;
+    return prefill_rows_;
   }
 
   void validate_options() {
@@ -463,7 +407,10 @@ class causal_lm {
       }
     }
     switch (m.mode) {
-      case prefill_mode::kind::dynamic: prefill_rows_ = options_.max_sequence; break;
+      case prefill_mode::kind::dynamic:
+        prefill_rows_ = options_.step_rows != 0 ? std::min(options_.step_rows, options_.max_sequence)
+                                                : options_.max_sequence;
+        break;
       case prefill_mode::kind::static_shape: prefill_rows_ = m.size; break;
       case prefill_mode::kind::chunked: prefill_rows_ = m.size; break;
     }
@@ -631,8 +578,8 @@ class causal_lm {
     }
   }
 
-  batch::step_output make_output(const batch::output_selection& sel, std::size_t n) {
-    batch::step_output out;
+  step_output make_output(const output_selection& sel, std::size_t n) {
+    step_output out;
     out.logit_rows = sel.logit_rows(n);
     out.hidden_rows = sel.hidden_rows(n);
     // Only the selected rows: a (n, vocab) buffer exists only when every row is asked for.
@@ -643,7 +590,7 @@ class causal_lm {
 
   template <class Body>
   void run_step(std::span<const std::int32_t> ids, std::size_t token_offset, slots s,
-                const Body& body, batch::step_output& out, std::size_t layers = all_layers) {
+                const Body& body, step_output& out, std::size_t layers = all_layers) {
     const std::size_t n = ids.size();
     check_capacity(n);
     step_state st{ids, length(), s, std::vector<std::int64_t>(s.rows, 0), nullptr};

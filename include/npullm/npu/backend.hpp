@@ -10,6 +10,7 @@
 // Backends are chosen at compile time: a pipeline is a template over one.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -70,19 +71,37 @@ class backend_hooks {
   allocation_stats stats_;
 };
 
-// A backend B also has:
-//   B::allocator_type<T>             allocator policy for buffers the device reads
+namespace detail {
+// A closure and a callable of the kind a pipeline compiles (std::function over its closure).
+struct probe_closure {};
+using probe_fn = std::function<void(const probe_closure&)>;
+}  // namespace detail
+
+// Everything a pipeline calls on its backend B:
+//   B::allocator_type<T>, b.allocator<T>()  allocator policy for storage the device reads (KV)
+//   B::buffer<T, Rank>, b.allocate<T>(n), b.allocate<T, Rank>(shape)   activations, weights
 //   B::device_memory                 true when weights must be copied into allocate()d memory
+//   B::function<Fn>, b.compile(name, shape, fn)   a compiled head / body / tail
 //   b.execute(f, closure, id, args)  runs f(closure); args are the buffers it touches
+//   b.wait(), b.set_tracer(t), b.stats()
 template <class B>
-concept backend = requires(B& b, const B& cb, std::string name, shape_desc shape, tracer t) {
-  {b.compile(name, shape, [](int) {})};
+concept backend = std::movable<B> &&
+    requires(B& b, const B& cb, std::string name, shape_desc shape, tracer t,
+             const typename B::template function<detail::probe_fn>& f, arguments args,
+             std::array<std::size_t, 2> shape2) {
+  typename B::template allocator_type<float>;
+  typename B::template buffer<float, 2>;
   { B::device_memory } -> std::convertible_to<bool>;
-  {b.template allocator<float>()};
-  {b.set_tracer(t)};
-  {b.wait()};
+  { b.template allocator<float>() } -> std::same_as<typename B::template allocator_type<float>>;
+  { b.template allocate<float>(std::size_t{}) };
+  { b.template allocate<float, 2>(shape2) } -> std::convertible_to<typename B::template buffer<float, 2>>;
+  {
+    b.compile(name, shape, detail::probe_fn{})
+    } -> std::same_as<typename B::template function<detail::probe_fn>>;
+  b.execute(f, detail::probe_closure{}, std::ptrdiff_t{}, args);
+  b.wait();
+  b.set_tracer(t);
   { cb.stats() } -> std::convertible_to<allocation_stats>;
-  {b.template allocate<float>(std::size_t{})};
 };
 
 }  // namespace npullm::npu

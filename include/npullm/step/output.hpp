@@ -1,5 +1,8 @@
-// Output-row selection: which rows of a step need logits, and, separately, which need the
-// pre-final-norm hidden state (for a multi-token-prediction or draft head).
+// What a step asks for and what it returns: which rows of a step need logits, and, separately,
+// which need the pre-final-norm hidden state (for a multi-token-prediction or draft head).
+//
+// This sits below both batch/ (which asks) and model/ (whose pipelines answer), so neither
+// includes the other.
 //
 // Rows are indices into the step's tokens (0 .. n-1); `last()` means the step's last token.
 // A pipeline gathers the selected rows before the final norm and the LM head, so logits cost
@@ -15,7 +18,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/tensor.hpp"
 
-namespace npullm::batch {
+namespace npullm {
 
 class output_selection {
  public:
@@ -106,4 +109,10 @@ struct step_output {
   }
 };
 
+}  // namespace npullm
+
+// batch:: spelled these before they moved below batch and model; callers keep compiling.
+namespace npullm::batch {
+using npullm::output_selection;
+using npullm::step_output;
 }  // namespace npullm::batch

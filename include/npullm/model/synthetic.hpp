@@ -1,0 +1,280 @@
+// Synthetic models: writes a complete Hugging Face style model directory (config.json +
+// model.safetensors) with deterministic, seeded random weights, for tests, benchmarks and the
+// demo (no weights are downloaded anywhere in npullm).
+//
+//   preset("tiny")        Qwen2 family, 2 layers, hidden 128, 4/2 heads: ~1.7 MB in f32
+//   preset("tiny-llama")  the same sizes, Llama family (no q/k/v biases, untied head)
+//   preset("qwen2-0.5b")  the real Qwen2-0.5B shapes: 24 layers, hidden 896, 14/2 heads,
+//                         intermediate 4864, vocab 151936, tied embeddings
+//   write_model(dir, spec)
+//
+// Every tensor has its own random stream (seeded by the spec's seed and the tensor's name),
+// so its values do not depend on what else is written. Scales keep activations in a realistic
+// range: projections N(0, 1/sqrt(fan_in)) (output projections also / sqrt(2 layers)), layer
+// norm weights 1 + N(0, 0.05), biases N(0, 0.02), embeddings N(0, 0.1)
+// (small beside what the layers add, so a model does not just repeat its input token), and
+// the final norm weight scaled so logits have a standard deviation of about 4.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/model/config.hpp"
+
+namespace npullm::model {
+
+struct model_spec {
+  model_config config;
+  npullm::dtype weights = npullm::dtype::f32;
+  std::uint64_t seed = 1;
+};
+
+inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::dtype::f32,
+                         std::uint64_t seed = 1) {
+  model_spec s;
+  s.weights = weights;
+  s.seed = seed;
+  model_config& c = s.config;
+  c.torch_dtype = weights;
+  if (name == "tiny" || name == "tiny-llama") {
+    const bool llama = name == "tiny-llama";
+    c.family = llama ? model_family::llama : model_family::qwen2;
+    c.hidden_size = 128;
+    c.intermediate_size = 256;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 32;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = llama ? 10000.0 : 1000000.0;
+    c.tie_word_embeddings = !llama;
+    c.attention_bias = !llama;
+  } else if (name == "qwen2-0.5b") {
+    c.family = model_family::qwen2;
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_hidden_layers = 24;
+    c.num_attention_heads = 14;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 32768;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
+    c.attention_bias = true;
+  } else {
+    raise(error_code::invalid_argument, "preset: unknown model preset '", name,
+          "' (tiny, tiny-llama, qwen2-0.5b)");
+  }
+  return s;
+}
+
+// The Hugging Face tensor names and shapes of a Qwen2/Llama decoder, in file order.
+inline std::vector<std::pair<std::string, std::vector<std::size_t>>> tensor_list(
+    const model_config& c) {
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> t;
+  const std::size_t h = c.hidden_size;
+  t.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {h}});
+    t.push_back({p + "self_attn.q_proj.weight", {c.q_size(), h}});
+    t.push_back({p + "self_attn.k_proj.weight", {c.kv_size(), h}});
+    t.push_back({p + "self_attn.v_proj.weight", {c.kv_size(), h}});
+    if (c.attention_bias) {
+      t.push_back({p + "self_attn.q_proj.bias", {c.q_size()}});
+      t.push_back({p + "self_attn.k_proj.bias", {c.kv_size()}});
+      t.push_back({p + "self_attn.v_proj.bias", {c.kv_size()}});
+    }
+    t.push_back({p + "self_attn.o_proj.weight", {h, c.q_size()}});
+    t.push_back({p + "post_attention_layernorm.weight", {h}});
+    t.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
+    t.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
+    t.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+  }
+  t.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return t;
+}
+
+namespace detail {
+
+// splitmix64: a small, portable generator (std::normal_distribution differs between
+// standard libraries; these streams must not).
+struct splitmix64 {
+  std::uint64_t state;
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
+};
+
+inline std::uint64_t name_hash(std::string_view s) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// Mean and standard deviation of each kind of tensor.
+inline std::pair<double, double> init_of(std::string_view name,
+                                         const std::vector<std::size_t>& shape,
+                                         const model_config& c) {
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  constexpr double embed_std = 0.1;
+  if (name == "model.norm.weight") {
+    // Logits = E . (normed h * w): w sets their scale; std(logits) ~ embed_std sqrt(hidden) w.
+    const double w = 4.0 / (embed_std * std::sqrt(static_cast<double>(c.hidden_size)));
+    return {w, 0.05 * w};
+  }
+  if (ends("layernorm.weight")) return {1.0, 0.05};
+  if (ends(".bias")) return {0.0, 0.02};
+  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return {0.0, embed_std};
+  double std = 1.0 / std::sqrt(static_cast<double>(shape.back()));  // fan_in
+  if (ends("o_proj.weight") || ends("down_proj.weight")) {
+    std /= std::sqrt(2.0 * static_cast<double>(c.num_hidden_layers));
+  }
+  return {0.0, std};
+}
+
+template <class T>
+void write_values(std::ofstream& out, std::size_t count, double mean, double std, splitmix64& rng) {
+  std::vector<T> buf(std::min<std::size_t>(count, 1 << 16));
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t n = std::min(buf.size(), count - done);
+    for (std::size_t i = 0; i < n; i += 2) {
+      // Box-Muller: two normals from two uniforms.
+      const double r = std::sqrt(-2.0 * std::log(rng.uniform()));
+      const double a = 6.283185307179586 * rng.uniform();
+      buf[i] = from_float<T>(static_cast<float>(mean + std * r * std::cos(a)));
+      if (i + 1 < n) buf[i + 1] = from_float<T>(static_cast<float>(mean + std * r * std::sin(a)));
+    }
+    out.write(reinterpret_cast<const char*>(buf.data()),
+              static_cast<std::streamsize>(n * sizeof(T)));
+    done += n;
+  }
+}
+
+}  // namespace detail
+
+// Bumped whenever the generator's values change, so cached models are written again.
+inline constexpr int generator_version = 3;
+
+inline nlohmann::json config_json(const model_config& c) {
+  nlohmann::json j;
+  const bool qwen = c.family == model_family::qwen2;
+  j["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = qwen ? "qwen2" : "llama";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (!qwen) j["attention_bias"] = c.attention_bias;
+  j["torch_dtype"] = c.torch_dtype == npullm::dtype::f32   ? "float32"
+                     : c.torch_dtype == npullm::dtype::f16 ? "float16"
+                                                           : "bfloat16";
+  j["hidden_act"] = "silu";
+  j["npullm_generator_version"] = generator_version;
+  return j;
+}
+
+// Writes config.json and model.safetensors into dir (created if needed). Each file is written
+// under a temporary name and renamed, so an interrupted run leaves no half-written model.
+inline void write_model(const std::filesystem::path& dir, const model_spec& spec) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) raise(error_code::io, "cannot create ", dir.string(), ": ", ec.message());
+  const model_config& c = spec.config;
+  const std::string dtype_name = spec.weights == npullm::dtype::f32   ? "F32"
+                                 : spec.weights == npullm::dtype::f16 ? "F16"
+                                                                      : "BF16";
+  const std::size_t elem = size_of(spec.weights);
+  const auto tensors = tensor_list(c);
+
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {
+      {"format", "pt"}, {"generator", "npullm"}, {"seed", std::to_string(spec.seed)}};
+  std::size_t offset = 0;
+  for (const auto& [name, shape] : tensors) {
+    std::size_t count = 1;
+    for (std::size_t d : shape) count *= d;
+    header[name] = {
+        {"dtype", dtype_name}, {"shape", shape}, {"data_offsets", {offset, offset + count * elem}}};
+    offset += count * elem;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+
+  const fs::path tmp = dir / "model.safetensors.tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) raise(error_code::io, "cannot write ", tmp.string());
+    const std::uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& [name, shape] : tensors) {
+      std::size_t count = 1;
+      for (std::size_t d : shape) count *= d;
+      detail::splitmix64 rng{spec.seed ^ detail::name_hash(name)};
+      const auto [mean, std] = detail::init_of(name, shape, c);
+      switch (spec.weights) {
+        case npullm::dtype::f32: detail::write_values<float>(out, count, mean, std, rng); break;
+        case npullm::dtype::f16: detail::write_values<float16>(out, count, mean, std, rng); break;
+        case npullm::dtype::bf16: detail::write_values<bfloat16>(out, count, mean, std, rng); break;
+      }
+    }
+    if (!out) raise(error_code::io, "writing ", tmp.string(), " failed");
+  }
+  fs::rename(tmp, dir / "model.safetensors");
+  const fs::path cfg_tmp = dir / "config.json.tmp";
+  {
+    std::ofstream out(cfg_tmp, std::ios::trunc);
+    if (!out) raise(error_code::io, "cannot write ", cfg_tmp.string());
+    out << config_json(c).dump(2) << '\n';
+    if (!out) raise(error_code::io, "writing ", cfg_tmp.string(), " failed");
+  }
+  fs::rename(cfg_tmp, dir / "config.json");
+}
+
+// Writes the model into dir unless an up-to-date one (same generator version) is there.
+// Returns true when it wrote one.
+inline bool ensure_model(const std::filesystem::path& dir, const model_spec& spec) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "config.json")) {
+    std::ifstream in(dir / "config.json");
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded() && j.is_object() &&
+        j.value("npullm_generator_version", 0) == generator_version) {
+      return false;
+    }
+  }
+  write_model(dir, spec);
+  return true;
+}
+
+}  // namespace npullm::model
