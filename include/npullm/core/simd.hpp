@@ -183,6 +183,13 @@ struct native {
   static constexpr std::size_t registers = 32;
   static type zero() noexcept { return _mm512_setzero_ps(); }
   static type load(const float* p) noexcept { return _mm512_loadu_ps(p); }
+  static type load(const float16* p) noexcept {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static type load(const bfloat16* p) noexcept {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
   static type broadcast(const float* p) noexcept { return _mm512_set1_ps(*p); }
   static type fmadd(type a, type b, type c) noexcept { return _mm512_fmadd_ps(a, b, c); }
   static type add(type a, type b) noexcept { return _mm512_add_ps(a, b); }
@@ -374,6 +381,12 @@ struct native {
   static constexpr std::size_t registers = 16;
   static type zero() noexcept { return _mm256_setzero_ps(); }
   static type load(const float* p) noexcept { return _mm256_loadu_ps(p); }
+  static type load(const float16* p) noexcept {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static type load(const bfloat16* p) noexcept {
+    return detail::bf16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static type broadcast(const float* p) noexcept { return _mm256_broadcast_ss(p); }
   static type fmadd(type a, type b, type c) noexcept { return _mm256_fmadd_ps(a, b, c); }
   static type add(type a, type b) noexcept { return _mm256_add_ps(a, b); }
@@ -500,6 +513,10 @@ struct native {
     type v;
     std::memcpy(&v, p, sizeof(v));
     return v;
+  }
+  template <class T>  // 16-bit storage types
+  static type load(const T* p) noexcept {
+    return type{to_float(p[0]), to_float(p[1]), to_float(p[2]), to_float(p[3])};
   }
   static type broadcast(const float* p) noexcept { return type{} + *p; }
   static type fmadd(type a, type b, type c) noexcept { return a * b + c; }
