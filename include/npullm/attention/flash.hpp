@@ -227,11 +227,14 @@ inline void for_row_blocks(std::size_t begin, std::size_t end, Fn&& fn) {
 }
 
 // The online-softmax update of one row with a vector of scores (lanes >= n are masked).
+// (Inlined into the row loop: as a call, its scores went through memory and one row's chain of
+// max, exp and sum could not overlap the next row's.)
 template <mask_policy Mask>
-inline void update_row(const item_rows& rows, std::size_t row, simd::f32x16 sc, std::size_t j0,
-                       std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
-                       item_scratch& s) {
-  sc = simd::mask_tail(sc, n);
+[[gnu::always_inline]] inline void update_row(const item_rows& rows, std::size_t row,
+                                              simd::f32x16 sc, std::size_t j0, std::size_t n,
+                                              std::size_t dim, tile_visibility visibility,
+                                              const Mask& mask, item_scratch& s) {
+  if (n < key_block) sc = simd::mask_tail(sc, n);
   if (visibility == tile_visibility::partial) {
     alignas(64) float tmp[simd::lanes];
     simd::store(tmp, sc);
