@@ -115,6 +115,12 @@ TEST(Linear, PackedThreadCountDoesNotChangeResults) {
     ops::linear<float16>(xs, packed, rows(y2.view(), 0, m), {}, pool);
     for (std::size_t i = 0; i < m * 300; ++i) ASSERT_EQ(y1.data()[i], y2.data()[i]);
   }
+  // A row's result does not depend on how many rows share the call (decode vs verify steps).
+  tensor<float, 2> one(1, 300);
+  for (std::size_t r : {0u, 5u, 36u}) {
+    ops::linear<float16>(rows(x.view(), r, r + 1), packed, one.view(), {}, pool);
+    for (std::size_t j = 0; j < 300; ++j) ASSERT_EQ(one.view()(0, j), y1.view()(r, j)) << r;
+  }
 }
 
 TEST(Linear, PackedWeightsKeepEveryValue) {

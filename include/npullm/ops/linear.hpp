@@ -48,6 +48,13 @@ constexpr bool rounds_activations() noexcept {
 #endif
 }
 
+// Whether packing W ahead (packed_weights) pays for these weights: everywhere except bf16 with
+// AVX-512 BF16, whose dot-product path reads W in place at twice the f32 FMA rate.
+template <storage_type W>
+constexpr bool packing_pays() noexcept {
+  return !rounds_activations<W>();
+}
+
 namespace detail {
 
 inline constexpr std::size_t gemv_max_m = 8;
@@ -200,48 +207,26 @@ inline void store_block(typename vec::type (&acc)[MR][2], std::size_t cols, bool
 
 // y[MR, cols] (+)= x[MR, k_len] * panel[k_len, NR]: the first block of K writes (plus bias),
 // later blocks add. The panel holds f32, or 16-bit values converted in registers (small M over
-// packed weights: W is read once, so converting it ahead would only add traffic). One or two
-// rows keep two accumulator sets (even and odd k) so enough FMAs are in flight to hide their
-// latency.
+// packed weights: W is read once, so converting it ahead would only add traffic). Every output
+// sums its K terms in the same order whatever MR is, so a row's result does not depend on how
+// many rows share the call (a decode step of 3 tokens equals 3 steps of one, bit for bit).
 template <std::size_t MR, class P>
 inline void micro(const float* x, std::size_t ldx, const P* panel, std::size_t k_len,
                   std::size_t cols, bool first, const float* bias, float* y, std::size_t ldy) {
-  constexpr std::size_t sets = MR <= 2 ? 2 : 1;
-  typename vec::type acc[sets][MR][2];
-  NPULLM_UNROLL for (std::size_t s = 0; s < sets; ++s) {
-    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[s][m][0] = acc[s][m][1] = vec::zero();
-  }
-  std::size_t k = 0;
-  for (; k + sets <= k_len; k += sets) {
-    NPULLM_UNROLL for (std::size_t s = 0; s < sets; ++s) {
-      // (No software prefetch: the panel is one sequential stream, which the hardware
-      // prefetchers follow; prefetchnta hints here measured 2.6x slower on hot weights.)
-      const P* row = panel + (k + s) * nr;
-      const auto b0 = vec::load(row);
-      const auto b1 = vec::load(row + vec::lanes);
-      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-        const auto a = vec::broadcast(x + m * ldx + k + s);
-        acc[s][m][0] = vec::fmadd(a, b0, acc[s][m][0]);
-        acc[s][m][1] = vec::fmadd(a, b1, acc[s][m][1]);
-      }
-    }
-  }
-  if constexpr (sets == 2) {
-    if (k < k_len) {  // odd k_len
-      const auto b0 = vec::load(panel + k * nr);
-      const auto b1 = vec::load(panel + k * nr + vec::lanes);
-      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-        const auto a = vec::broadcast(x + m * ldx + k);
-        acc[0][m][0] = vec::fmadd(a, b0, acc[0][m][0]);
-        acc[0][m][1] = vec::fmadd(a, b1, acc[0][m][1]);
-      }
-    }
+  typename vec::type acc[MR][2];
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = vec::zero();
+  // (No software prefetch: the panel is one sequential stream, which the hardware prefetchers
+  // follow; prefetchnta hints here measured 2.6x slower on hot weights.)
+  for (std::size_t k = 0; k < k_len; ++k) {
+    const auto b0 = vec::load(panel + k * nr);
+    const auto b1 = vec::load(panel + k * nr + vec::lanes);
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      acc[0][m][0] = vec::add(acc[0][m][0], acc[1][m][0]);
-      acc[0][m][1] = vec::add(acc[0][m][1], acc[1][m][1]);
+      const auto a = vec::broadcast(x + m * ldx + k);
+      acc[m][0] = vec::fmadd(a, b0, acc[m][0]);
+      acc[m][1] = vec::fmadd(a, b1, acc[m][1]);
     }
   }
-  store_block<MR>(acc[0], cols, first, bias, y, ldy);
+  store_block<MR>(acc, cols, first, bias, y, ldy);
 }
 
 // Packs W rows [n0, n0 + cols) (cols <= NR), keys [k0, k0 + k_len), as (k_len, NR) f32,
