@@ -15,7 +15,7 @@
 //                  `rounds_activations<bfloat16>()` says whether this build does.
 //   M > 8, f32, f16 (and bf16 without AVX-512 BF16)  W converted to f32 while packing blocks of
 //                  (kc keys, NR columns) that stay in L1; an f32 FMA micro-kernel of MR rows x NR
-//                  columns (AVX-512 8 x 32, AVX2 6 x 16, portable 6 x 8: see simd::native).
+//                  columns (AVX-512 8 x 32, AVX2 6 x 16, portable 4 x 8: see simd::native).
 // Threads split N (output columns) into contiguous parts; results do not depend on the count.
 #pragma once
 
@@ -172,7 +172,10 @@ void gemv(std::size_t m, const float* x, std::size_t ldx, const W* w, std::size_
 
 using vec = simd::native;
 inline constexpr std::size_t nr = 2 * vec::lanes;                       // columns per panel
-inline constexpr std::size_t mr = vec::registers >= 32 ? 8 : 6;         // rows per block
+// Rows per block: 8 with 32 registers; 6 with 16 and FMA; 4 where a multiply and an add need
+// a temporary register each (portable SSE2: 6 rows spilled an accumulator).
+inline constexpr std::size_t mr =
+    vec::registers >= 32 ? 8 : (vec::fused ? 6 : 4);
 inline constexpr std::size_t kc = 16 * 1024 / (nr * sizeof(float));      // keys per block
 
 // y[MR, cols] = acc (+ bias) when `first`, else y += acc; cols <= NR.
@@ -294,8 +297,9 @@ inline constexpr std::size_t packed_small_m = 16;
 }  // namespace detail
 
 // W [N, K] (the Hugging Face layout) repacked once into the layout this ISA's micro-kernel
-// reads: ceil(N / NR) panels of (K, NR) values in W's own storage type, zero-padded past N
-// (NR = 2 native vectors: 32 columns with AVX-512, 16 with AVX2, 8 portable). linear() then
+// reads: ceil(N / NR) panels of (K, NR) values in W's own storage type (portable: f32),
+// zero-padded past N (NR = 2 native vectors: 32 columns with AVX-512, 16 with AVX2, 8
+// portable). linear() then
 // never repacks per call, and small M (decode batches, a speculative verify pass, short
 // prefill chunks) reads W exactly once, front to back. Same size as W, up to the padding.
 // The layout belongs to the ISA the translation unit is compiled for (see core/isa.hpp).
@@ -303,6 +307,14 @@ template <storage_type W>
 class packed_weights {
  public:
   static constexpr std::size_t panel_columns = detail::nr;
+  // The stored values: W's own type with AVX2 or AVX-512, which convert 16-bit values in
+  // registers as they stream; f32 on the portable path, where converting in software (or a
+  // 4-lane shift) per use measured slower than reading twice the bytes.
+#if defined(NPULLM_ISA_PORTABLE)
+  using value_type = float;
+#else
+  using value_type = W;
+#endif
 
   packed_weights() = default;
   // Packs w (N, K), row-major dense.
@@ -310,14 +322,21 @@ class packed_weights {
   explicit packed_weights(dense_view<const W, 2> w, const Policy& policy = {})
       : n_(w.extent(0)), k_(w.extent(1)), data_(panels() * k_ * panel_columns) {
     const W* src = w.data_handle();
-    W* dst = data_.data();
+    value_type* dst = data_.data();
     const std::size_t k_len = k_;
     policy.parallel_for(panels(), [&](std::size_t p) {
-      W* panel = dst + p * k_len * panel_columns;
+      value_type* panel = dst + p * k_len * panel_columns;
       for (std::size_t c = 0; c < panel_columns; ++c) {
         const std::size_t row = p * panel_columns + c;
         for (std::size_t k = 0; k < k_len; ++k) {
-          panel[k * panel_columns + c] = row < n_ ? src[row * k_len + k] : from_float<W>(0.0f);
+          value_type& out = panel[k * panel_columns + c];
+          if (row >= n_) {
+            out = from_float<value_type>(0.0f);
+          } else if constexpr (std::is_same_v<value_type, W>) {
+            out = src[row * k_len + k];
+          } else {
+            out = to_float(src[row * k_len + k]);
+          }
         }
       }
     });
@@ -329,14 +348,14 @@ class packed_weights {
     return (n_ + panel_columns - 1) / panel_columns;
   }
   // Panel p: (K, NR) values, row-major.
-  [[nodiscard]] const W* panel(std::size_t p) const noexcept {
+  [[nodiscard]] const value_type* panel(std::size_t p) const noexcept {
     return data_.data() + p * k_ * panel_columns;
   }
-  [[nodiscard]] std::size_t bytes() const noexcept { return data_.size() * sizeof(W); }
+  [[nodiscard]] std::size_t bytes() const noexcept { return data_.size() * sizeof(value_type); }
 
  private:
   std::size_t n_ = 0, k_ = 0;
-  tensor<W, 1> data_{std::size_t{0}};
+  tensor<value_type, 1> data_{std::size_t{0}};
 };
 
 namespace detail {
@@ -586,19 +605,20 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x, const packed_wei
     thread_local std::vector<float> block;
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t c0 = p * nr, cols = std::min(nr, n - c0);
-      const W* panel = w.panel(p);
+      const auto* panel = w.panel(p);
+      using V = typename packed_weights<W>::value_type;
       const float* bp = b ? b + c0 : nullptr;
       for (std::size_t k0 = 0; k0 < k; k0 += detail::kc) {
         const std::size_t kl = std::min(detail::kc, k - k0);
         const float* fb = nullptr;
-        if constexpr (std::is_same_v<W, float>) {
+        if constexpr (std::is_same_v<V, float>) {
           fb = panel + k0 * nr;
         } else if (m <= detail::packed_small_m) {
           detail::gemm_block(m, xp + k0, ldx, panel + k0 * nr, kl, cols, k0 == 0, bp, yp + c0, ldy);
           continue;
         } else {
           block.resize(detail::kc * nr);
-          const W* src = panel + k0 * nr;
+          const V* src = panel + k0 * nr;
           for (std::size_t i = 0; i < kl * nr; i += detail::vec::lanes) {
             detail::vec::store(block.data() + i, detail::vec::load(src + i));
           }
