@@ -96,6 +96,9 @@ TEST(Float16, EveryPatternConvertsToFloatExactly) {
     const float portable = npullm::detail::f16_bits_to_f32_portable(h);
     ASSERT_EQ(std::bit_cast<std::uint32_t>(f), std::bit_cast<std::uint32_t>(portable))
         << "pattern 0x" << std::hex << i;
+    const float branchless = npullm::detail::f16_bits_to_f32_branchless(h);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(branchless), std::bit_cast<std::uint32_t>(portable))
+        << "pattern 0x" << std::hex << i;
     const double ref = f16_value(h);
     if (std::isnan(ref)) {
       ASSERT_TRUE(std::isnan(f)) << std::hex << i;

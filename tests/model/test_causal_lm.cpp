@@ -167,12 +167,15 @@ double max_diff(std::span<const float> a, std::span<const float> b) {
   return m;
 }
 
+// With the layer weights packed at load (ops::packed_weights) and read as stored.
 TEST(CausalLm, MatchesTheReferenceForwardPass) {
   for (const char* name : {"tiny", "tiny-llama"}) {
     const reference_model ref(tiny_dir(name));
-    causal_lm<f32_contiguous> lm(tiny_dir(name), {.max_sequence = 256});
+    for (const auto packing : {weight_packing::on, weight_packing::off})
     for (std::size_t n : {1u, 17u, 100u}) {
-      SCOPED_TRACE(std::string(name) + " prompt of " + std::to_string(n));
+      causal_lm<f32_contiguous> lm(tiny_dir(name), {.max_sequence = 256, .packing = packing});
+      SCOPED_TRACE(std::string(name) + " prompt of " + std::to_string(n) +
+                   (packing == weight_packing::on ? " packed" : " as stored"));
       lm.reset();
       const auto ids = prompt(n, static_cast<std::uint32_t>(n));
       const auto out =

@@ -34,19 +34,30 @@ void check_linear(std::size_t m, std::size_t k, std::size_t n, bool with_bias, c
   const auto x = subview(xbuf.view(), all, range{0, k});  // (m, k), row stride k + 5 if strided
   ops::linear<W>(strided_view<const float, 2>(x), strided_view<const W, 2>(w.view()),
                  strided_view<float, 2>(y.view()), bias, policy);
-  const bool round_x = ops::rounds_activations<W>() && m > 8;
-  for (std::size_t i = 0; i < m; ++i) {
-    for (std::size_t j = 0; j < n; ++j) {
-      double ref = with_bias ? bias[j] : 0.0, mag = 0.0;
-      for (std::size_t t = 0; t < k; ++t) {
-        const float xv = round_x ? static_cast<float>(bfloat16(x(i, t))) : x(i, t);
-        const double p = static_cast<double>(xv) * to_float(w.view()(j, t));
-        ref += p;
-        mag += std::fabs(p);
+  auto verify = [&](const tensor<float, 2>& out, bool round_x) {
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        double ref = with_bias ? bias[j] : 0.0, mag = 0.0;
+        for (std::size_t t = 0; t < k; ++t) {
+          const float xv = round_x ? static_cast<float>(bfloat16(x(i, t))) : x(i, t);
+          const double p = static_cast<double>(xv) * to_float(w.view()(j, t));
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(out.view()(i, j), ref, 1e-5 * mag + 1e-6) << i << ", " << j;
       }
-      ASSERT_NEAR(y.view()(i, j), ref, 1e-5 * mag + 1e-6) << i << ", " << j;
     }
-  }
+  };
+  verify(y, ops::rounds_activations<W>() && m > 8);
+  // The same product through weights packed once (never rounds x).
+  const ops::packed_weights<W> packed(w.view(), policy);
+  ASSERT_EQ(packed.rows(), n);
+  ASSERT_EQ(packed.columns(), k);
+  tensor<float, 2> yp(m, n);
+  ops::linear<W>(strided_view<const float, 2>(x), packed, strided_view<float, 2>(yp.view()), bias,
+                 policy);
+  SCOPED_TRACE("packed");
+  verify(yp, false);
 }
 
 template <class W>
@@ -62,6 +73,8 @@ void sweep() {
   check_linear<W>(5, 37, 300, true, pool, true);
   check_linear<W>(40, 70, 300, true, pool, true);
   check_linear<W>(33, 896, 65, false, pool, false);
+  // Several K blocks (kc is 128 to 512 keys) and a partial last panel, small and large M.
+  for (std::size_t m : {1u, 2u, 5u, 16u, 17u, 37u}) check_linear<W>(m, 1037, 45, m % 2 == 1, pool, m > 8);
 }
 
 TEST(Linear, F32Weights) {
@@ -86,6 +99,57 @@ TEST(Linear, ThreadCountDoesNotChangeResults) {
     ops::linear<bfloat16>(xs, w.view(), rows(y1.view(), 0, m), {}, serial{});
     ops::linear<bfloat16>(xs, w.view(), rows(y2.view(), 0, m), {}, pool);
     for (std::size_t i = 0; i < m * 300; ++i) ASSERT_EQ(y1.data()[i], y2.data()[i]);
+  }
+}
+
+TEST(Linear, PackedThreadCountDoesNotChangeResults) {
+  tensor<float, 2> x(37, 600), y1(37, 300), y2(37, 300);
+  tensor<float16, 2> w(300, 600);
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = std::sin(static_cast<float>(i));
+  for (std::size_t i = 0; i < w.size(); ++i) w.data()[i] = float16(std::cos(static_cast<float>(i)));
+  thread_pool pool(3);
+  const ops::packed_weights<float16> packed(w.view(), pool);
+  for (std::size_t m : {1u, 3u, 16u, 37u}) {
+    const auto xs = rows(x.view(), 0, m);
+    ops::linear<float16>(xs, packed, rows(y1.view(), 0, m), {}, serial{});
+    ops::linear<float16>(xs, packed, rows(y2.view(), 0, m), {}, pool);
+    for (std::size_t i = 0; i < m * 300; ++i) ASSERT_EQ(y1.data()[i], y2.data()[i]);
+  }
+  // A row's result does not depend on how many rows share the call (decode vs verify steps).
+  tensor<float, 2> one(1, 300);
+  for (std::size_t r : {0u, 5u, 36u}) {
+    ops::linear<float16>(rows(x.view(), r, r + 1), packed, one.view(), {}, pool);
+    for (std::size_t j = 0; j < 300; ++j) ASSERT_EQ(one.view()(0, j), y1.view()(r, j)) << r;
+  }
+}
+
+TEST(Linear, PackedWeightsKeepEveryValue) {
+  tensor<bfloat16, 2> w(37, 17);
+  for (std::size_t i = 0; i < w.size(); ++i) w.data()[i] = bfloat16(static_cast<float>(i) - 300.0f);
+  const ops::packed_weights<bfloat16> packed(w.view());
+  constexpr std::size_t nr = ops::packed_weights<bfloat16>::panel_columns;
+  ASSERT_EQ(packed.panels(), (37 + nr - 1) / nr);
+  for (std::size_t p = 0; p < packed.panels(); ++p) {
+    for (std::size_t k = 0; k < 17; ++k) {
+      for (std::size_t c = 0; c < nr; ++c) {
+        const std::size_t row = p * nr + c;
+        const float want = row < 37 ? static_cast<float>(w.view()(row, k)) : 0.0f;
+        ASSERT_EQ(static_cast<float>(packed.panel(p)[k * nr + c]), want) << p << " " << k << " " << c;
+      }
+    }
+  }
+}
+
+TEST(Linear, PackedBadShapesNameThem) {
+  tensor<float, 2> x(2, 8), y(2, 5);
+  tensor<float, 2> w(5, 9);
+  const ops::packed_weights<float> packed(w.view());
+  try {
+    ops::linear<float>(x.view(), packed, y.view());
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_shape);
+    EXPECT_NE(std::string(e.what()).find("packed W [5, 9]"), std::string::npos) << e.what();
   }
 }
 

@@ -99,6 +99,9 @@ struct item_scratch {
   std::vector<float> p;     // (rows, 16) probabilities of the sub-tile
   std::vector<float> acc;   // (rows, D)
   std::vector<float> m, l;  // (rows)
+  // K / V are read once, front to back (one query tile: decode), so hint them ahead; when
+  // query tiles reuse the same keys from cache (prefill), the hints cost more than they save.
+  bool stream = false;
 
   void prepare(std::size_t rows, std::size_t dim) {
     q.resize(rows * dim);
@@ -118,7 +121,8 @@ inline item_scratch& thread_scratch() {
 // A prefetch hint for the same stream 1024 elements (8 to 16 keys) further on, issued with
 // every 64 bytes loaded: spread out like this it lifted cold decode ~24% for 14/2 heads; a
 // burst of whole sub-tiles ahead, or a longer distance, measured slower (the miss buffers
-// fill). No effect on results.
+// fill). Only while streaming (item_scratch::stream): on causal prefill 2048, where the keys
+// come from cache, it cost 10% (AVX2). No effect on results.
 template <class T>
 inline void prefetch_ahead(const T* p) noexcept {
   __builtin_prefetch(p + 1024, 0, 0);
@@ -179,7 +183,8 @@ inline constexpr std::size_t pv_columns =
         : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
 
 template <std::size_t R, class T>
-inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc) {
+inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc,
+                     bool stream) {
   constexpr std::size_t lanes = simd::lanes;
   constexpr std::size_t C = pv_columns<R>;
   for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
@@ -193,7 +198,7 @@ inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim,
     for (std::size_t j = 0; j < n; ++j) {
       simd::f32x16 vj[C];
       NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
-        if (c < nc && ((c0 + c * lanes) * sizeof(T)) % 64 == 0)
+        if (stream && c < nc && ((c0 + c * lanes) * sizeof(T)) % 64 == 0)
           prefetch_ahead(v + j * dim + c0 + c * lanes);
         vj[c] = c < nc ? simd::load(v + j * dim + c0 + c * lanes) : simd::zero();
       }
@@ -227,11 +232,14 @@ inline void for_row_blocks(std::size_t begin, std::size_t end, Fn&& fn) {
 }
 
 // The online-softmax update of one row with a vector of scores (lanes >= n are masked).
+// (Inlined into the row loop: as a call, its scores went through memory and one row's chain of
+// max, exp and sum could not overlap the next row's.)
 template <mask_policy Mask>
-inline void update_row(const item_rows& rows, std::size_t row, simd::f32x16 sc, std::size_t j0,
-                       std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
-                       item_scratch& s) {
-  sc = simd::mask_tail(sc, n);
+[[gnu::always_inline]] inline void update_row(const item_rows& rows, std::size_t row,
+                                              simd::f32x16 sc, std::size_t j0, std::size_t n,
+                                              std::size_t dim, tile_visibility visibility,
+                                              const Mask& mask, item_scratch& s) {
+  if (n < key_block) sc = simd::mask_tail(sc, n);
   if (visibility == tile_visibility::partial) {
     alignas(64) float tmp[simd::lanes];
     simd::store(tmp, sc);
@@ -278,7 +286,7 @@ void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v,
     for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
       simd::f32x16 block[simd::lanes];
       for (std::size_t j = 0; j < simd::lanes; ++j) {
-        if (j < n && (d0 * sizeof(T)) % 64 == 0) prefetch_ahead(k + j * dim + d0);
+        if (s.stream && j < n && (d0 * sizeof(T)) % 64 == 0) prefetch_ahead(k + j * dim + d0);
         block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
       }
       simd::transpose16(block);
@@ -295,7 +303,7 @@ void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v,
     });
   }
   for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
-    block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim);
+    block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim, s.stream);
   });
 }
 
@@ -430,6 +438,7 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
 
     detail::item_scratch& s = detail::thread_scratch();
     s.prepare(rows.count(), dim);
+    s.stream = q_tiles == 1;
     for (std::size_t r = 0; r < rows.count(); ++r) {
       const std::size_t h = rows.head(r), i = rows.query(r);
       for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;

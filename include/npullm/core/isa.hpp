@@ -50,5 +50,11 @@ struct isa_tag {
 #endif
 };
 
+// The ISA this translation unit's kernels are compiled for ("avx512-bf16", "avx512", "avx2",
+// "portable"): benchmarks record it, and an engine can log which copy it dispatched to.
+inline std::string_view isa_name() noexcept {
+  return isa_tag::name;
+}
+
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm

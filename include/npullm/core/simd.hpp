@@ -181,8 +181,16 @@ struct native {
   using type = __m512;
   static constexpr std::size_t lanes = 16;
   static constexpr std::size_t registers = 32;
+  static constexpr bool fused = true;  // fmadd is one instruction
   static type zero() noexcept { return _mm512_setzero_ps(); }
   static type load(const float* p) noexcept { return _mm512_loadu_ps(p); }
+  static type load(const float16* p) noexcept {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static type load(const bfloat16* p) noexcept {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
   static type broadcast(const float* p) noexcept { return _mm512_set1_ps(*p); }
   static type fmadd(type a, type b, type c) noexcept { return _mm512_fmadd_ps(a, b, c); }
   static type add(type a, type b) noexcept { return _mm512_add_ps(a, b); }
@@ -372,8 +380,15 @@ struct native {
   using type = __m256;
   static constexpr std::size_t lanes = 8;
   static constexpr std::size_t registers = 16;
+  static constexpr bool fused = true;
   static type zero() noexcept { return _mm256_setzero_ps(); }
   static type load(const float* p) noexcept { return _mm256_loadu_ps(p); }
+  static type load(const float16* p) noexcept {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static type load(const bfloat16* p) noexcept {
+    return detail::bf16_to_f32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static type broadcast(const float* p) noexcept { return _mm256_broadcast_ss(p); }
   static type fmadd(type a, type b, type c) noexcept { return _mm256_fmadd_ps(a, b, c); }
   static type add(type a, type b) noexcept { return _mm256_add_ps(a, b); }
@@ -495,13 +510,18 @@ struct native {
   typedef float type __attribute__((vector_size(16)));
   static constexpr std::size_t lanes = 4;
   static constexpr std::size_t registers = 16;
+  static constexpr bool fused = false;  // a multiply and an add (and a temporary register)
   static type zero() noexcept { return type{}; }
   static type load(const float* p) noexcept {
     type v;
     std::memcpy(&v, p, sizeof(v));
     return v;
   }
-  static type broadcast(const float* p) noexcept { return type{} + *p; }
+  template <class T>  // 16-bit storage types (linear packs them as f32 on this path)
+  static type load(const T* p) noexcept {
+    return type{to_float(p[0]), to_float(p[1]), to_float(p[2]), to_float(p[3])};
+  }
+  static type broadcast(const float* p) noexcept { return type{*p, *p, *p, *p}; }
   static type fmadd(type a, type b, type c) noexcept { return a * b + c; }
   static type add(type a, type b) noexcept { return a + b; }
   static void store(float* p, type a) noexcept { std::memcpy(p, &a, sizeof(a)); }

@@ -330,9 +330,14 @@ class causal_lm {
   static constexpr std::size_t all_layers = std::numeric_limits<std::size_t>::max();
 
  private:
+  // A projection's weight [N, K] as stored, and packed once when the pipeline packs weights.
+  struct projection {
+    dense_view<const W, 2> w;
+    std::optional<ops::packed_weights<W>> packed;
+  };
   struct layer_weights {
     dense_view<const W, 1> input_norm, post_norm;
-    dense_view<const W, 2> q, k, v, o, gate, up, down;
+    projection q, k, v, o, gate, up, down;
     std::span<const float> q_bias, k_bias, v_bias;  // empty without attention bias
   };
 
@@ -452,6 +457,33 @@ class causal_lm {
     return {out.data(), n};
   }
 
+  [[nodiscard]] bool packs_weights() const noexcept {
+    if constexpr (backend_type::device_memory) {
+      return false;  // the device reads the weights as stored, from its own memory
+    } else {
+      switch (options_.packing) {
+        case weight_packing::on: return true;
+        case weight_packing::off: return false;
+        default: return ops::packing_pays<W>();
+      }
+    }
+  }
+  projection project_weight(const std::string& name, std::array<std::size_t, 2> shape) {
+    projection p{weight<2>(name, shape), std::nullopt};
+    if (packs_weights()) p.packed.emplace(p.w, pool_policy{options_.pool});
+    return p;
+  }
+  // y = x W^T (+ bias) with the packed copy when there is one.
+  void apply(dense_view<const float, 2> x, const projection& p, dense_view<float, 2> y,
+             std::span<const float> bias = {}) const {
+    const pool_policy policy{options_.pool};
+    if (p.packed) {
+      ops::linear<W>(x, *p.packed, y, bias, policy);
+    } else {
+      ops::linear<W>(x, p.w, y, bias, policy);
+    }
+  }
+
   void load_weights() {
     const auto& c = config_;
     const std::size_t h = c.hidden_size;
@@ -462,13 +494,13 @@ class causal_lm {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       layer_weights lw{weight<1>(p + "input_layernorm.weight", {h}),
                        weight<1>(p + "post_attention_layernorm.weight", {h}),
-                       weight<2>(p + "self_attn.q_proj.weight", {c.q_size(), h}),
-                       weight<2>(p + "self_attn.k_proj.weight", {c.kv_size(), h}),
-                       weight<2>(p + "self_attn.v_proj.weight", {c.kv_size(), h}),
-                       weight<2>(p + "self_attn.o_proj.weight", {h, c.q_size()}),
-                       weight<2>(p + "mlp.gate_proj.weight", {c.intermediate_size, h}),
-                       weight<2>(p + "mlp.up_proj.weight", {c.intermediate_size, h}),
-                       weight<2>(p + "mlp.down_proj.weight", {h, c.intermediate_size}),
+                       project_weight(p + "self_attn.q_proj.weight", {c.q_size(), h}),
+                       project_weight(p + "self_attn.k_proj.weight", {c.kv_size(), h}),
+                       project_weight(p + "self_attn.v_proj.weight", {c.kv_size(), h}),
+                       project_weight(p + "self_attn.o_proj.weight", {h, c.q_size()}),
+                       project_weight(p + "mlp.gate_proj.weight", {c.intermediate_size, h}),
+                       project_weight(p + "mlp.up_proj.weight", {c.intermediate_size, h}),
+                       project_weight(p + "mlp.down_proj.weight", {h, c.intermediate_size}),
                        {},
                        {},
                        {}};
@@ -549,7 +581,7 @@ class causal_lm {
     for (const auto& w : layers_) {
       std::vector<npu::argument> a = activations;
       a.push_back(kv_storage);
-      for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) a.push_back(warg(*m));
+      for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) a.push_back(warg(m->w));
       a.push_back(warg(w.input_norm));
       a.push_back(warg(w.post_norm));
       for (const auto* b : {&w.q_bias, &w.k_bias, &w.v_bias}) {
@@ -733,9 +765,9 @@ class causal_lm {
     auto v = rows(v_.view(), 0, S);
 
     ops::rms_norm<W>(x, w.input_norm, static_cast<float>(cfg.rms_norm_eps), h);
-    ops::linear<W>(h, w.q, q, w.q_bias, policy);
-    ops::linear<W>(h, w.k, k, w.k_bias, policy);
-    ops::linear<W>(h, w.v, v, w.v_bias, policy);
+    apply(h, w.q, q, w.q_bias);
+    apply(h, w.k, k, w.k_bias);
+    apply(h, w.v, v, w.v_bias);
     ops::apply_rope(dense_view<float, 3>(q.data_handle(), S, hq, D), st.positions, rope_);
     ops::apply_rope(dense_view<float, 3>(k.data_handle(), S, hkv, D), st.positions, rope_);
 
@@ -831,16 +863,16 @@ class causal_lm {
           std::copy_n(&att(hh, r, 0), D, &q(g.begin + r, hh * D));
       }
     }
-    ops::linear<W>(q, w.o, h, {}, policy);
+    apply(q, w.o, h);
     add_into(x, h);
     // MLP.
     ops::rms_norm<W>(x, w.post_norm, static_cast<float>(cfg.rms_norm_eps), h);
     auto g = rows(gate_.view(), 0, S);
     auto u = rows(up_.view(), 0, S);
-    ops::linear<W>(h, w.gate, g, {}, policy);
-    ops::linear<W>(h, w.up, u, {}, policy);
+    apply(h, w.gate, g);
+    apply(h, w.up, u);
     ops::silu_mul(g, u, g);
-    ops::linear<W>(g, w.down, h, {}, policy);
+    apply(g, w.down, h);
     add_into(x, h);
   }
 

@@ -102,12 +102,21 @@ struct prefill_mode {
   static prefill_mode chunked(std::size_t chunk) { return {kind::chunked, chunk}; }
 };
 
+// Whether the decoder layers' projection weights are repacked once at load into the layout the
+// linear micro-kernel reads (ops::packed_weights): no per-call packing, and small steps (decode
+// batches, a speculative verify pass, short prefill chunks) stream each weight once. automatic:
+// where it pays, i.e. on a host backend unless the bf16 dot-product path (AVX-512 BF16, which
+// reads W in place) serves these weights. Costs a second copy of the layer weights in memory
+// (the file's mapping stays, its pages reclaimable); the LM head and embeddings are not packed.
+enum class weight_packing { automatic, off, on };
+
 struct pipeline_options {
   std::size_t max_sequence = 2048;  // longest sequence
   std::size_t kv_capacity = 0;      // KV tokens in the pool (block KV); 0: max_sequence
   prefill_mode prefill = prefill_mode::dynamic();
   std::size_t decode_rows = 8;        // the decode shape: up to this many tokens a step
   const thread_pool* pool = nullptr;  // nullptr: serial
+  weight_packing packing = weight_packing::automatic;
   // The rows of a dynamic prefill step and of step_sequences / score, which size every
   // activation buffer; 0: max_sequence (one step takes any prompt). A longer prompt runs in
   // steps of this many tokens. Static and chunked prefill steps have their own size.

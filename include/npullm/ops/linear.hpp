@@ -15,7 +15,7 @@
 //                  `rounds_activations<bfloat16>()` says whether this build does.
 //   M > 8, f32, f16 (and bf16 without AVX-512 BF16)  W converted to f32 while packing blocks of
 //                  (kc keys, NR columns) that stay in L1; an f32 FMA micro-kernel of MR rows x NR
-//                  columns (AVX-512 8 x 32, AVX2 6 x 16, portable 6 x 8: see simd::native).
+//                  columns (AVX-512 8 x 32, AVX2 6 x 16, portable 4 x 8: see simd::native).
 // Threads split N (output columns) into contiguous parts; results do not depend on the count.
 #pragma once
 
@@ -28,6 +28,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/simd.hpp"
+#include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
 
 #if defined(__AVX512BF16__)
@@ -47,6 +48,13 @@ constexpr bool rounds_activations() noexcept {
 #endif
 }
 
+// Whether packing W ahead (packed_weights) pays for these weights: everywhere except bf16 with
+// AVX-512 BF16, whose dot-product path reads W in place at twice the f32 FMA rate.
+template <storage_type W>
+constexpr bool packing_pays() noexcept {
+  return !rounds_activations<W>();
+}
+
 namespace detail {
 
 inline constexpr std::size_t gemv_max_m = 8;
@@ -60,7 +68,11 @@ inline simd::f32x16 load16(const T* p, std::size_t n) noexcept {
 template <std::size_t M, class W>
 void gemv_rows(const float* x, std::size_t ldx, const W* w, std::size_t k_len, std::size_t n0,
                std::size_t n1, const float* bias, float* y, std::size_t ldy) {
-  constexpr std::size_t R = M == 1 ? 16 : (M == 2 ? 8 : (M <= 4 ? 4 : 2));
+  // M x R accumulators + R rows of W + one x vector in registers (32 with AVX-512; AVX2's 16
+  // ymm hold 8 f32x16: R = 2 for M = 2, else 1, and M = 7, 8 spill a little).
+  constexpr std::size_t R = simd::f32x16_registers >= 32
+                                ? (M == 1 ? 16 : (M == 2 ? 8 : (M <= 4 ? 4 : 2)))
+                                : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (M + 1));
   std::size_t n = n0;
   for (; n + R <= n1; n += R) {
     simd::f32x16 acc[M][R];
@@ -160,25 +172,16 @@ void gemv(std::size_t m, const float* x, std::size_t ldx, const W* w, std::size_
 
 using vec = simd::native;
 inline constexpr std::size_t nr = 2 * vec::lanes;                       // columns per panel
-inline constexpr std::size_t mr = vec::registers >= 32 ? 8 : 6;         // rows per block
+// Rows per block: 8 with 32 registers; 6 with 16 and FMA; 4 where a multiply and an add need
+// a temporary register each (portable SSE2: 6 rows spilled an accumulator).
+inline constexpr std::size_t mr =
+    vec::registers >= 32 ? 8 : (vec::fused ? 6 : 4);
 inline constexpr std::size_t kc = 16 * 1024 / (nr * sizeof(float));      // keys per block
 
-// y[MR, cols] (+)= x[MR, kc] * panel[kc, NR]: first block of K writes (plus bias), later add.
+// y[MR, cols] = acc (+ bias) when `first`, else y += acc; cols <= NR.
 template <std::size_t MR>
-inline void micro_f32(const float* x, std::size_t ldx, const float* panel, std::size_t k_len,
-                      std::size_t cols, bool first, const float* bias, float* y,
-                      std::size_t ldy) {
-  typename vec::type acc[MR][2];
-  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = vec::zero();
-  for (std::size_t k = 0; k < k_len; ++k) {
-    const auto b0 = vec::load(panel + k * nr);
-    const auto b1 = vec::load(panel + k * nr + vec::lanes);
-    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      const auto a = vec::broadcast(x + m * ldx + k);
-      acc[m][0] = vec::fmadd(a, b0, acc[m][0]);
-      acc[m][1] = vec::fmadd(a, b1, acc[m][1]);
-    }
-  }
+inline void store_block(typename vec::type (&acc)[MR][2], std::size_t cols, bool first,
+                        const float* bias, float* y, std::size_t ldy) {
   if (cols == nr) {  // whole panel: vector stores
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
       float* ym = y + m * ldy;
@@ -205,6 +208,30 @@ inline void micro_f32(const float* x, std::size_t ldx, const float* panel, std::
   }
 }
 
+// y[MR, cols] (+)= x[MR, k_len] * panel[k_len, NR]: the first block of K writes (plus bias),
+// later blocks add. The panel holds f32, or 16-bit values converted in registers (small M over
+// packed weights: W is read once, so converting it ahead would only add traffic). Every output
+// sums its K terms in the same order whatever MR is, so a row's result does not depend on how
+// many rows share the call (a decode step of 3 tokens equals 3 steps of one, bit for bit).
+template <std::size_t MR, class P>
+inline void micro(const float* x, std::size_t ldx, const P* panel, std::size_t k_len,
+                  std::size_t cols, bool first, const float* bias, float* y, std::size_t ldy) {
+  typename vec::type acc[MR][2];
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = vec::zero();
+  // (No software prefetch: the panel is one sequential stream, which the hardware prefetchers
+  // follow; prefetchnta hints here measured 2.6x slower on hot weights.)
+  for (std::size_t k = 0; k < k_len; ++k) {
+    const auto b0 = vec::load(panel + k * nr);
+    const auto b1 = vec::load(panel + k * nr + vec::lanes);
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+      const auto a = vec::broadcast(x + m * ldx + k);
+      acc[m][0] = vec::fmadd(a, b0, acc[m][0]);
+      acc[m][1] = vec::fmadd(a, b1, acc[m][1]);
+    }
+  }
+  store_block<MR>(acc, cols, first, bias, y, ldy);
+}
+
 // Packs W rows [n0, n0 + cols) (cols <= NR), keys [k0, k0 + k_len), as (k_len, NR) f32,
 // zero-padded. Row by row: each W row is read front to back.
 template <class W>
@@ -220,23 +247,29 @@ void pack_f32(const W* w, std::size_t ld, std::size_t n0, std::size_t cols, std:
   }
 }
 
+// Calls fn.template operator()<MR>(m) over rows [0, m_len) in blocks of mr, then the rest.
+template <std::size_t MR = mr - 1, class Fn>
+inline void row_rest(std::size_t rest, std::size_t m, Fn& fn) {
+  if constexpr (MR > 0) {
+    if (rest == MR) return fn.template operator()<MR>(m);
+    row_rest<MR - 1>(rest, m, fn);
+  }
+}
+template <class Fn>
+inline void for_micro_rows(std::size_t m_len, Fn&& fn) {
+  std::size_t m = 0;
+  for (; m + mr <= m_len; m += mr) fn.template operator()<mr>(m);
+  row_rest(m_len - m, m, fn);
+}
+
 // Every row of x against one packed (k_len, NR) block.
-inline void gemm_block(std::size_t m_len, const float* x, std::size_t ldx, const float* panel,
+template <class P>
+inline void gemm_block(std::size_t m_len, const float* x, std::size_t ldx, const P* panel,
                        std::size_t k_len, std::size_t cols, bool first, const float* bias,
                        float* y, std::size_t ldy) {
-  std::size_t m = 0;
-  for (; m + mr <= m_len; m += mr)
-    micro_f32<mr>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-  switch (m_len - m) {
-    case 7: return micro_f32<7>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    case 6: return micro_f32<6>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    case 5: return micro_f32<5>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    case 4: return micro_f32<4>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    case 3: return micro_f32<3>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    case 2: return micro_f32<2>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    case 1: return micro_f32<1>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
-    default: return;
-  }
+  for_micro_rows(m_len, [&]<std::size_t MR>(std::size_t m) {
+    micro<MR>(x + m * ldx, ldx, panel, k_len, cols, first, bias, y + m * ldy, ldy);
+  });
 }
 
 template <class W>
@@ -254,6 +287,78 @@ void gemm_f32_panel(std::size_t m_len, const float* x, std::size_t ldx, const W*
     }
   }
 }
+
+// ---- weights packed once: (panels, K, NR) in their storage type ------------------------------
+
+// Rows of x at most this many read packed 16-bit panels converted in registers (W streamed
+// once); more convert each L1 block to f32 once per call.
+inline constexpr std::size_t packed_small_m = 16;
+
+}  // namespace detail
+
+// W [N, K] (the Hugging Face layout) repacked once into the layout this ISA's micro-kernel
+// reads: ceil(N / NR) panels of (K, NR) values in W's own storage type (portable: f32),
+// zero-padded past N (NR = 2 native vectors: 32 columns with AVX-512, 16 with AVX2, 8
+// portable). linear() then
+// never repacks per call, and small M (decode batches, a speculative verify pass, short
+// prefill chunks) reads W exactly once, front to back. Same size as W, up to the padding.
+// The layout belongs to the ISA the translation unit is compiled for (see core/isa.hpp).
+template <storage_type W>
+class packed_weights {
+ public:
+  static constexpr std::size_t panel_columns = detail::nr;
+  // The stored values: W's own type with AVX2 or AVX-512, which convert 16-bit values in
+  // registers as they stream; f32 on the portable path, where converting in software (or a
+  // 4-lane shift) per use measured slower than reading twice the bytes.
+#if defined(NPULLM_ISA_PORTABLE)
+  using value_type = float;
+#else
+  using value_type = W;
+#endif
+
+  packed_weights() = default;
+  // Packs w (N, K), row-major dense.
+  template <threading_policy Policy = serial>
+  explicit packed_weights(dense_view<const W, 2> w, const Policy& policy = {})
+      : n_(w.extent(0)), k_(w.extent(1)), data_(panels() * k_ * panel_columns) {
+    const W* src = w.data_handle();
+    value_type* dst = data_.data();
+    const std::size_t k_len = k_;
+    policy.parallel_for(panels(), [&](std::size_t p) {
+      value_type* panel = dst + p * k_len * panel_columns;
+      for (std::size_t c = 0; c < panel_columns; ++c) {
+        const std::size_t row = p * panel_columns + c;
+        for (std::size_t k = 0; k < k_len; ++k) {
+          value_type& out = panel[k * panel_columns + c];
+          if (row >= n_) {
+            out = from_float<value_type>(0.0f);
+          } else if constexpr (std::is_same_v<value_type, W>) {
+            out = src[row * k_len + k];
+          } else {
+            out = to_float(src[row * k_len + k]);
+          }
+        }
+      }
+    });
+  }
+
+  [[nodiscard]] std::size_t rows() const noexcept { return n_; }     // N
+  [[nodiscard]] std::size_t columns() const noexcept { return k_; }  // K
+  [[nodiscard]] std::size_t panels() const noexcept {
+    return (n_ + panel_columns - 1) / panel_columns;
+  }
+  // Panel p: (K, NR) values, row-major.
+  [[nodiscard]] const value_type* panel(std::size_t p) const noexcept {
+    return data_.data() + p * k_ * panel_columns;
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept { return data_.size() * sizeof(value_type); }
+
+ private:
+  std::size_t n_ = 0, k_ = 0;
+  tensor<value_type, 1> data_{std::size_t{0}};
+};
+
+namespace detail {
 
 #if defined(__AVX512BF16__)
 // ---- bf16 dot-product micro-kernel ----------------------------------------------------------
@@ -458,6 +563,77 @@ template <storage_type W, threading_policy Policy = serial>
 void linear(dense_view<const float, 2> x, dense_view<const W, 2> w, dense_view<float, 2> y,
             std::span<const float> bias = {}, const Policy& policy = {}) {
   linear<W, layout_right, layout_right, layout_right, Policy>(x, w, y, bias, policy);
+}
+
+// y = x W^T (+ bias) with W packed ahead (packed_weights): the same results as linear() over
+// W for any thread count, up to the summation order of the K blocks (M > 16: f32 micro-kernel
+// over L1 blocks of the panels, converted once per call; M <= 16: one pass over W, converted in
+// registers). Never rounds x.
+template <storage_type W, class XL, class YL, threading_policy Policy = serial>
+void linear(const tensor_view<const float, dextents<2>, XL>& x, const packed_weights<W>& w,
+            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
+            const Policy& policy = {}) {
+  const float* b = bias.empty() ? nullptr : bias.data();
+  const std::size_t m = x.extent(0), k = x.extent(1), n = w.rows();
+  if (k != w.columns() || y.extent(0) != m || y.extent(1) != n ||
+      (b != nullptr && bias.size() != n)) {
+    raise(error_code::invalid_shape, "linear: x ", npullm::detail::format_extents(x.extents()),
+          ", packed W [", n, ", ", w.columns(), "], y ",
+          npullm::detail::format_extents(y.extents()), b ? ", bias [" : "",
+          b ? std::to_string(bias.size()) + "]" : "", " (want x [M, K], W [N, K], y [M, N])");
+  }
+  if (x.stride(1) != 1 || y.stride(1) != 1) {
+    raise(error_code::unsupported, "linear: rows of x, y must be dense");
+  }
+  if (m == 0 || n == 0) return;
+  const float* xp = x.data_handle();
+  float* yp = y.data_handle();
+  const std::size_t ldx = static_cast<std::size_t>(x.stride(0));
+  const std::size_t ldy = static_cast<std::size_t>(y.stride(0));
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) yp[i * ldy + j] = b ? b[j] : 0.0f;
+    }
+    return;
+  }
+  constexpr std::size_t nr = detail::nr;
+  const std::size_t panels = w.panels();
+  const std::size_t parts = std::min(panels, policy.concurrency() * 4);
+  policy.parallel_for(parts, [&](std::size_t part) {
+    const std::size_t p0 = chunk_begin(panels, parts, part);
+    const std::size_t p1 = chunk_begin(panels, parts, part + 1);
+    thread_local std::vector<float> block;
+    for (std::size_t p = p0; p < p1; ++p) {
+      const std::size_t c0 = p * nr, cols = std::min(nr, n - c0);
+      const auto* panel = w.panel(p);
+      using V = typename packed_weights<W>::value_type;
+      const float* bp = b ? b + c0 : nullptr;
+      for (std::size_t k0 = 0; k0 < k; k0 += detail::kc) {
+        const std::size_t kl = std::min(detail::kc, k - k0);
+        const float* fb = nullptr;
+        if constexpr (std::is_same_v<V, float>) {
+          fb = panel + k0 * nr;
+        } else if (m <= detail::packed_small_m) {
+          detail::gemm_block(m, xp + k0, ldx, panel + k0 * nr, kl, cols, k0 == 0, bp, yp + c0, ldy);
+          continue;
+        } else {
+          block.resize(detail::kc * nr);
+          const V* src = panel + k0 * nr;
+          for (std::size_t i = 0; i < kl * nr; i += detail::vec::lanes) {
+            detail::vec::store(block.data() + i, detail::vec::load(src + i));
+          }
+          fb = block.data();
+        }
+        detail::gemm_block(m, xp + k0, ldx, fb, kl, cols, k0 == 0, bp, yp + c0, ldy);
+      }
+    }
+  });
+}
+
+template <storage_type W, threading_policy Policy = serial>
+void linear(dense_view<const float, 2> x, const packed_weights<W>& w, dense_view<float, 2> y,
+            std::span<const float> bias = {}, const Policy& policy = {}) {
+  linear<W, layout_right, layout_right, Policy>(x, w, y, bias, policy);
 }
 
 }  // namespace NPULLM_ISA_NAMESPACE

@@ -11,6 +11,7 @@
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {  // SIMD code: see core/isa.hpp
 
 template <storage_type W>
 void rms_norm(dense_view<const float, 2> x, dense_view<const W, 1> weight, float eps,
@@ -38,4 +39,5 @@ void rms_norm(dense_view<const float, 2> x, dense_view<const W, 1> weight, float
   }
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

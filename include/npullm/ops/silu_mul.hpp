@@ -10,6 +10,7 @@
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {  // SIMD code: see core/isa.hpp
 
 template <class GL, class UL, class OL>
 void silu_mul(const tensor_view<const float, dextents<2>, GL>& gate,
@@ -45,4 +46,5 @@ inline void silu_mul(dense_view<const float, 2> gate, dense_view<const float, 2>
   silu_mul<layout_right, layout_right, layout_right>(gate, up, out);
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
