@@ -295,12 +295,14 @@ inline f32x16 load(const bfloat16* p) noexcept {
 // The first n (< 16) lanes from p, the rest zero; reads only n elements.
 inline f32x16 load_partial(const float* p, std::size_t n) noexcept {
   const auto s = static_cast<std::ptrdiff_t>(n);
-  return {_mm256_maskload_ps(p, detail::half_mask(s)), _mm256_maskload_ps(p + 8, detail::half_mask(s - 8))};
+  if (n == 0) return zero();  // p may be null (an empty range)
+  const __m256 lo = _mm256_maskload_ps(p, detail::half_mask(s));
+  return {lo, n > 8 ? _mm256_maskload_ps(p + 8, detail::half_mask(s - 8)) : _mm256_setzero_ps()};
 }
 template <class T>
 inline f32x16 load_partial(const T* p, std::size_t n) noexcept {  // 16-bit types
   alignas(32) T tmp[lanes] = {};
-  std::memcpy(tmp, p, n * sizeof(T));
+  if (n != 0) std::memcpy(tmp, p, n * sizeof(T));  // p may be null when n is 0
   return load(tmp);
 }
 inline void store(float* p, f32x16 a) noexcept {
