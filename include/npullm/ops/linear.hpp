@@ -470,6 +470,13 @@ inline void gemm_bf16_panel(std::size_t m_len, const std::uint32_t* x2, std::siz
 }
 #endif
 
+// K = 0: y is the bias (or zero).
+inline void bias_only(std::size_t m, std::size_t n, const float* bias, float* y, std::size_t ldy) {
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < n; ++j) y[i * ldy + j] = bias ? bias[j] : 0.0f;
+  }
+}
+
 template <class X, class W, class Y>
 void check_linear(const X& x, const W& w, const Y& y, const float* bias, std::size_t bias_len) {
   if (x.extent(1) != w.extent(1) || y.extent(0) != x.extent(0) || y.extent(1) != w.extent(0) ||
@@ -502,12 +509,7 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x,
   float* yp = y.data_handle();
   const std::size_t ldx = static_cast<std::size_t>(x.stride(0));
   const std::size_t ldy = static_cast<std::size_t>(y.stride(0));
-  if (k == 0) {
-    for (std::size_t i = 0; i < m; ++i) {
-      for (std::size_t j = 0; j < n; ++j) yp[i * ldy + j] = b ? b[j] : 0.0f;
-    }
-    return;
-  }
+  if (k == 0) return detail::bias_only(m, n, b, yp, ldy);
   // Parts of N: whole micro-panels, at most one per thread (more for dynamic balance).
   const std::size_t unit = m <= detail::gemv_max_m ? 16 : 32;
   const std::size_t units = (n + unit - 1) / unit;
@@ -590,12 +592,7 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x, const packed_wei
   float* yp = y.data_handle();
   const std::size_t ldx = static_cast<std::size_t>(x.stride(0));
   const std::size_t ldy = static_cast<std::size_t>(y.stride(0));
-  if (k == 0) {
-    for (std::size_t i = 0; i < m; ++i) {
-      for (std::size_t j = 0; j < n; ++j) yp[i * ldy + j] = b ? b[j] : 0.0f;
-    }
-    return;
-  }
+  if (k == 0) return detail::bias_only(m, n, b, yp, ldy);
   constexpr std::size_t nr = detail::nr;
   const std::size_t panels = w.panels();
   const std::size_t parts = std::min(panels, policy.concurrency() * 4);
