@@ -1,6 +1,8 @@
 # The README's commands. Each installs missing Debian packages first (as root).
 JOBS ?= $(shell nproc)
 QUICK ?= 0
+# make bench ISA=avx2 | ISA=x86-64: the benchmarks built for that instruction set (NPULLM_ISA).
+ISA ?= native
 
 .PHONY: test demo bench deps build clean
 
@@ -26,10 +28,13 @@ demo: deps
 
 # Every benchmark against the machine's limits measured in the same run: build/bench/report.md,
 # plots (PNG, gnuplot) and the raw JSON. QUICK=1: a representative subset (minutes, not an hour).
-# BENCH_BUILD_DIR (default build/release) and BENCH_OUT (default build/bench) move them.
+# ISA=avx2 / ISA=x86-64: built for AVX2 (-march=x86-64-v3) or baseline x86-64 instead of this
+# CPU, limits measured with code of that ISA, in build/release-<ISA> and build/bench-<ISA>.
+# BENCH_BUILD_DIR (default build/release[-<ISA>]) and BENCH_OUT (default build/bench[-<ISA>])
+# move them.
 bench:
 	@scripts/install-deps.sh --bench
-	@QUICK=$(QUICK) JOBS=$(JOBS) scripts/bench.sh
+	@QUICK=$(QUICK) JOBS=$(JOBS) ISA=$(ISA) scripts/bench.sh
 
 clean:
 	rm -rf build

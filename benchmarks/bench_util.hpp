@@ -100,10 +100,26 @@ inline std::filesystem::path generated_model(const std::string& preset, npullm::
   return dir;
 }
 
+// What this binary was built for, as its JSON context records it: `npullm_isa` is the SIMD path
+// (npullm::isa_name(): avx512-bf16, avx512, avx2, portable) and `npullm_build_isa` the CMake
+// option and flag that chose it (NPULLM_ISA, benchmarks/CMakeLists.txt), for instance
+// "NPULLM_ISA=avx2, -march=x86-64-v3".
+inline std::string build_isa() {
+#if defined(NPULLM_BENCH_BUILD_ISA) && defined(NPULLM_BENCH_MARCH)
+  return std::string("NPULLM_ISA=") + NPULLM_BENCH_BUILD_ISA + ", " + NPULLM_BENCH_MARCH;
+#else
+  return "";
+#endif
+}
+
 // The standard Google Benchmark main, after the benchmarks are registered.
 inline int run_benchmarks(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("npullm_isa", std::string(npullm::isa_name()));
+  if (const std::string b = build_isa(); !b.empty()) {
+    benchmark::AddCustomContext("npullm_build_isa", b);
+  }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

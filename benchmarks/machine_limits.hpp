@@ -3,12 +3,17 @@
 //   read_gbps    streaming read bandwidth over a buffer far larger than the last-level cache
 //   triad_gbps   STREAM triad a[i] = b[i] + s * c[i] (3 x 4 bytes per element counted)
 //   fma_gflops   fp32 fused multiply-add peak (2 flops per lane per FMA) at the widest width
-//                the compiler targets
+//                the compiler targets: AVX-512 (__AVX512F__), AVX2 + FMA (__FMA__), or, in a
+//                baseline x86-64 build, SSE multiply + add (still 2 flops per lane)
 //   bf16_gflops  bf16 dot-product peak (`vdpbf16ps`: 2 flops per bf16 pair), 0 without it
 // per thread count: every thread runs the same loop at the same time (a spin barrier starts
 // them together) and the slowest thread's time counts. Each figure is the best of several
 // repetitions: the limit the machine reached, which a kernel can be compared against.
 // `make bench` measures them once per run and hands them to every binary (NPULLM_BENCH_LIMITS).
+// The limits are measured with code of the build's ISA (npullm::isa_name()), so that a kernel
+// is compared with what its own instruction set can do: an AVX2 build against the AVX2 FMA peak
+// even on an AVX-512 machine. A limits file measured under another ISA is not used (measured
+// again in this process instead; see recorded_limits()).
 #pragma once
 
 #include <algorithm>
@@ -24,8 +29,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "npullm/core/isa.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/tensor.hpp"
 
@@ -33,9 +40,16 @@
 
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__FMA__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 namespace npullm::bench {
+
+// The SIMD path this translation unit's kernels take is npullm::isa_name() (core/isa.hpp:
+// "avx512-bf16", "avx512", "avx2", "portable", chosen by the macros the compiler's -march
+// defines); the limits here are measured with code of that same ISA. Every benchmark binary
+// records it in its Google Benchmark context as `npullm_isa` (bench_util.hpp), limits.json too.
 
 struct machine_limits {
   std::size_t threads = 1;
@@ -135,8 +149,25 @@ inline double fma_loop(std::size_t iterations, float* sink) {
   _mm256_store_ps(out, total);
   for (float x : out) *sink += x;
   return 2.0 * lanes * 12 * static_cast<double>(iterations);
+#elif defined(__SSE2__)
+  // Baseline x86-64 (SSE2, no FMA): multiply + add, still 2 flops per lane, 4 lanes. A chain's
+  // multiply and add take 6 to 8 cycles and cores issue 1 to 2 of each per cycle, so 14 chains
+  // (the 16 XMM registers less the two constants) keep both busy without spilling.
+  constexpr int lanes = 4, chains = 14;
+  __m128 acc[chains];
+  for (int k = 0; k < chains; ++k) acc[k] = _mm_set1_ps(1.0f + 0.001f * static_cast<float>(k));
+  const __m128 a = _mm_set1_ps(0.999999f), b = _mm_set1_ps(1e-7f);
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < chains; ++k) acc[k] = _mm_add_ps(_mm_mul_ps(acc[k], a), b);
+  }
+  __m128 total = acc[0];
+  for (int k = 1; k < chains; ++k) total = _mm_add_ps(total, acc[k]);
+  alignas(16) float out[lanes];
+  _mm_store_ps(out, total);
+  for (float x : out) *sink += x;
+  return 2.0 * lanes * chains * static_cast<double>(iterations);
 #else
-  // No FMA targeted: multiply + add, still 2 flops, in a width the compiler vectorizes.
+  // No x86 SIMD targeted: multiply + add, still 2 flops, in a width the compiler vectorizes.
   float acc[12][8];
   for (int k = 0; k < 12; ++k) {
     for (int l = 0; l < 8; ++l) acc[k][l] = 1.0f + 0.001f * static_cast<float>(k);
@@ -258,16 +289,32 @@ inline machine_limits measure_machine_limits(std::size_t threads, int repetition
 // counters read_GBps, triad_GBps, fma_GFLOPs, bf16_GFLOPs), named by the environment variable
 // NPULLM_BENCH_LIMITS. `make bench` sets it, so that every binary of a run divides by the same
 // limits that report.md and the roofline show. Empty when the variable is unset; a thread count
-// the file lacks is measured in this process.
+// the file lacks is measured in this process. A file measured under another ISA (its context's
+// `npullm_isa` differs from this binary's npullm::isa_name(), or is missing: a file older than
+// the field) is not used: this process measures the limits with its own code instead and says so
+// on stderr, since an AVX-512 FMA peak would understate an AVX2 kernel's share of what AVX2 can
+// do.
 inline std::map<std::size_t, machine_limits> recorded_limits() {
   std::map<std::size_t, machine_limits> out;
   const char* path = std::getenv("NPULLM_BENCH_LIMITS");
   if (path == nullptr || *path == '\0') return out;
   std::ifstream in(path);
   const auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!in || doc.is_discarded() || !doc.contains("benchmarks")) {
+  if (!in || doc.is_discarded() || !doc.is_object() || !doc.contains("benchmarks")) {
     std::fprintf(stderr, "npullm: NPULLM_BENCH_LIMITS=%s is not a benchmark JSON; measuring\n",
                  path);
+    return out;
+  }
+  std::string isa = "(none recorded)";
+  if (doc.contains("context") && doc["context"].is_object()) {
+    const auto& c = doc["context"];
+    if (c.contains("npullm_isa") && c["npullm_isa"].is_string()) isa = c["npullm_isa"];
+  }
+  if (const std::string_view own = npullm::isa_name(); isa != own) {
+    std::fprintf(stderr,
+                 "npullm: NPULLM_BENCH_LIMITS=%s was measured under ISA %s, this binary is built "
+                 "for %.*s: measuring the limits again with this binary's code\n",
+                 path, isa.c_str(), static_cast<int>(own.size()), own.data());
     return out;
   }
   const std::string prefix = "machine_limits/threads:";

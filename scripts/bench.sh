@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make bench [QUICK=1]`: builds the benchmarks in Release, measures the machine's limits once,
-# runs every bench_* binary against them with a progress line, and writes into build/bench/:
+# `make bench [QUICK=1] [ISA=native|avx2|x86-64]`: builds the benchmarks in Release for the ISA,
+# measures the machine's limits once with code of that ISA, runs every bench_* binary against
+# them with a progress line, and writes into build/bench/ (build/bench-<ISA> for avx2, x86-64):
 #   json/limits.json, json/<binary>.json   raw Google Benchmark JSON
 #   report.md                              machine, limits, summary, a table per primitive
 #   *.png, plots/*.dat, plots/*.gp         plots (rendered by gnuplot) and their data
@@ -9,8 +10,12 @@
 # suite runs every benchmark. A binary this script has no quick subset for runs, in quick mode,
 # the first benchmark of each of its primitives at the largest thread count.
 #
-# Environment: QUICK (0/1), BENCH_BUILD_DIR (default build/release, the `release` preset),
-# BENCH_OUT (default build/bench), JOBS (build parallelism, default nproc).
+# Environment: QUICK (0/1), ISA (native, avx2 or x86-64: the NPULLM_ISA the benchmarks and the
+# limits are built for, default native), BENCH_BUILD_DIR (default build/release for native, else
+# build/release-<ISA>: the presets release, release-avx2, release-x86-64), BENCH_OUT (default
+# build/bench for native, else build/bench-<ISA>), JOBS (build parallelism, default nproc).
+# `make bench ISA=avx2` measures the AVX2 build (AVX2 FMA peak, AVX2 kernels) on any machine
+# that runs AVX2, an AVX-512 one included.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
@@ -18,8 +23,14 @@ case "${QUICK:-0}" in
   0 | "" | no | false) quick=0 ;;
   *) quick=1 ;;
 esac
-build=${BENCH_BUILD_DIR:-build/release}
-out=${BENCH_OUT:-build/bench}
+isa=${ISA:-native}
+case "$isa" in
+  native) preset=release; suffix= ;;
+  avx2 | x86-64) preset=release-$isa; suffix=-$isa ;;
+  *) echo "bench: ISA=$isa: must be native, avx2 or x86-64" >&2; exit 1 ;;
+esac
+build=${BENCH_BUILD_DIR:-build/release$suffix}
+out=${BENCH_OUT:-build/bench$suffix}
 jobs=${JOBS:-$(nproc)}
 start_s=$(date +%s)
 
@@ -49,19 +60,21 @@ order=(bench_core bench_kv bench_attention bench_pyramid bench_ops bench_pipelin
        bench_generate)
 
 # ---- build ---------------------------------------------------------------------------------
-echo "bench: building the benchmarks in Release ($build, $jobs jobs)"
+echo "bench: building the benchmarks in Release for ISA $isa ($build, $jobs jobs)"
 mkdir -p "$out"
-if [ "$build" = build/release ]; then
-  cmake --preset release > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; die "configure failed"; }
+if [ "$build" = "build/release$suffix" ]; then
+  cmake --preset "$preset" > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; die "configure failed"; }
 elif [ -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release > "$out/configure.log" 2>&1 ||
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DNPULLM_ISA="$isa" > "$out/configure.log" 2>&1 ||
     { cat "$out/configure.log"; die "configure failed"; }
 else
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/configure.log" 2>&1 ||
-    { cat "$out/configure.log"; die "configure failed"; }
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNPULLM_ISA="$isa" \
+    > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; die "configure failed"; }
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 [ "$build_type" = Release ] || die "$build is configured as '$build_type', not Release"
+build_isa=$(sed -n 's/^NPULLM_ISA:[A-Z]*=//p' "$build/CMakeCache.txt")
+[ "$build_isa" = "$isa" ] || die "$build is configured for NPULLM_ISA '$build_isa', not '$isa'"
 mapfile -t targets < <(cmake --build "$build" --target help 2>/dev/null |
   sed -nE 's/^(\.\.\. )?(bench_[A-Za-z0-9_]+)(:.*)?$/\2/p' | sort -u)
 [ ${#targets[@]} -gt 0 ] || die "no bench_* targets in $build (NPULLM_BUILD_BENCHMARKS off?)"
@@ -133,7 +146,7 @@ fi
 
 # ---- the machine's limits, once for the whole run --------------------------------------------
 limits="$out/json/limits.json"
-echo "bench: measuring the machine's limits (read bandwidth, fp32 FMA, bf16 dot; per thread count)"
+echo "bench: measuring the machine's limits with $isa code (read bandwidth, fp32 FMA, bf16 dot; per thread count)"
 "$build/benchmarks/bench_core" --benchmark_filter='^machine_limits/' "${common[@]}" \
   "--benchmark_context=$context,npullm_other_cpu_pct=$other" --benchmark_out="$limits" > "$out/log/limits.txt" 2>&1 ||
   { cat "$out/log/limits.txt"; die "measuring the limits failed"; }
@@ -143,6 +156,8 @@ awk '/^machine_limits\/threads:/ {
   printf "  %s thread(s): read %s GB/s, triad %s GB/s, fp32 FMA %s GFLOP/s, bf16 dot %s GFLOP/s\n",
          name[2], v["read_GBps"], v["triad_GBps"], v["fma_GFLOPs"], v["bf16_GFLOPs"] }' \
   "$out/log/limits.txt"
+simd=$(sed -n 's/^npullm_isa: //p' "$out/log/limits.txt" | head -1)
+echo "  SIMD path of this build: ${simd:-unknown} (NPULLM_ISA=$isa)"
 export NPULLM_BENCH_LIMITS="$PWD/$limits"
 
 # ---- what runs -------------------------------------------------------------------------------

@@ -7,7 +7,9 @@
 // It relies on the conventions of shared/DESIGN.md: names `<primitive>/<settings...>/threads:<n>`
 // (Google Benchmark's own suffixes such as /min_time:0.200 are dropped), counters GBps, GFLOPs,
 // pct_bw, pct_peak, pct_roofline, x_naive, tokens_per_s, ratio; and on bench_core's rows
-// `machine_limits/threads:<n>` (read_GBps, triad_GBps, fma_GFLOPs, bf16_GFLOPs) for the limits.
+// `machine_limits/threads:<n>` (read_GBps, triad_GBps, fma_GFLOPs, bf16_GFLOPs) for the limits,
+// and the context keys npullm_isa (the SIMD path a binary was built for: avx512-bf16, avx512,
+// avx2, portable) and npullm_build_isa (the NPULLM_ISA option and -march that chose it).
 #pragma once
 
 #include <algorithm>
@@ -84,6 +86,7 @@ struct run_data {
   std::vector<double> loads;            // each file's 1-minute load average at its start
   std::vector<double> other_cpu;        // % of CPU time other processes took before each file's
                                         // binary started (scripts/bench.sh samples it)
+  std::map<std::string, std::string> isa_of;  // binary -> its context's npullm_isa, where given
 
   [[nodiscard]] const limits* limits_at(std::size_t threads) const {
     const auto it = machine.find(threads);
@@ -183,6 +186,8 @@ inline void add_json(run_data& run, const std::string& text, const std::string& 
     if (!other.empty() && other.find_first_not_of("0123456789.") == std::string::npos) {
       run.other_cpu.push_back(std::stod(other));
     }
+    const auto& isa = doc["context"].value("npullm_isa", json());
+    if (isa.is_string()) run.isa_of[binary] = isa.get<std::string>();
   }
   // Where repetitions produced aggregates, the median stands for the benchmark.
   std::set<std::string> with_median;
@@ -905,6 +910,23 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
   row("caches", detail::caches_text(c));
   row("memory", detail::context_string(c, "memory"));
   row("compiler", detail::context_string(c, "compiler"));
+  // The ISA of the first file (the limits, as scripts/bench.sh passes them); any binary built
+  // for another one is named, since its figures are not comparable with these limits.
+  std::string isa = detail::context_string(c, "npullm_isa");
+  if (!isa.empty()) {
+    const std::string build = detail::context_string(c, "npullm_build_isa");
+    if (!build.empty()) isa += " (" + build + ")";
+    std::string others;
+    for (const auto& [binary, i] : run.isa_of) {
+      if (i != detail::context_string(c, "npullm_isa")) {
+        others += (others.empty() ? "" : ", ") + binary + ": " + i;
+      }
+    }
+    if (!others.empty()) {
+      isa += "; built for other ISAs, so not comparable with these limits: " + others;
+    }
+  }
+  row("ISA", isa);
   row("npullm commit", detail::context_string(c, "npullm_commit"));
   row("date", detail::context_string(c, "date"));
   row("host", detail::context_string(c, "host_name"));
@@ -935,8 +957,11 @@ inline std::string markdown(const run_data& run, const std::vector<plot>& plots 
           "counters.\n\n";
   } else {
     md << "Measured once in this run by `bench_core` (`benchmarks/machine_limits.hpp`: the best "
-          "of several repetitions, every thread running at once); every benchmark of the run "
-          "divides by these.\n\n"
+          "of several repetitions, every thread running at once";
+    if (const std::string isa = detail::context_string(c, "npullm_isa"); !isa.empty()) {
+      md << ", with code built for the same ISA as the benchmarks, " << isa;
+    }
+    md << "); every benchmark of the run divides by these.\n\n"
        << "| threads | read GB/s | triad GB/s | fp32 FMA GFLOP/s | bf16 dot GFLOP/s | "
           "ridge fp32 (flop/byte) | ridge bf16 (flop/byte) |\n"
        << "|---:|---:|---:|---:|---:|---:|---:|\n";

@@ -1,6 +1,8 @@
 // The report generator of `make bench` (benchmarks/report/bench_report.hpp) on a small recorded
 // run: fixture/*.json are rows of a real `make bench QUICK=1` run on a 2-core AMD EPYC (limits
-// measured by bench_core in that run). Expected figures are worked out from those numbers here.
+// measured by bench_core in that run; a native build, AVX-512 BF16: its npullm_isa and
+// npullm_build_isa context keys, which that run predates, were added by hand). Expected figures
+// are worked out from those numbers here.
 // gnuplot is not needed; where it is installed, the scripts are also rendered.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -146,6 +148,9 @@ TEST(BenchReport, LoadsRowsLimitsAndContext) {
   EXPECT_DOUBLE_EQ(two->bf16_gflops, 210.97047862347804);
   EXPECT_EQ(run.context.value("npullm_mode", ""), "quick");
   EXPECT_EQ(run.loads.size(), 6u);
+  EXPECT_EQ(run.isa_of.size(), 6u);  // every file's ISA, by binary
+  EXPECT_EQ(run.isa_of.at("limits"), "avx512-bf16");
+  EXPECT_EQ(run.isa_of.at("bench_ops"), "avx512-bf16");
 
   const auto& hot = find(run, "attention_decode/h14x2/d64/kv4096/f16/contiguous/hot/threads:2");
   EXPECT_EQ(hot.binary, "bench_attention");
@@ -234,6 +239,10 @@ TEST(BenchReport, MarkdownHasMachineLimitsAndATablePerPrimitive) {
   has("quick mode (`make bench QUICK=1`)");
   has("| CPU | AMD EPYC |");
   has("| caches | L1d 32 KiB, L2 1 MiB, L3 32 MiB (shared by 2) |");
+  // The ISA the kernels and the limits were built for, and how it was chosen.
+  has("| ISA | avx512-bf16 (NPULLM_ISA=native, -march=native) |\n");
+  has("every thread running at once, with code built for the same ISA as the benchmarks, "
+      "avx512-bf16); every benchmark of the run divides by these.");
   has("| load average (1 min) as each binary started | 4.54 to 5.39 (the benchmarks' own threads "
       "too) |");
   // Limits: read, triad, fp32, bf16, and the ridge points fp32 / read, bf16 / read.
@@ -403,8 +412,41 @@ TEST(BenchReport, FailedRowsAggregatesAndRunsWithoutLimits) {
   EXPECT_NE(md.find("| linear | 2 | 12.5 % | 12.5 % of read bw |"), std::string::npos) << md;
   EXPECT_TRUE(br::plots(run).empty());  // nothing to draw without limits or figures
 
+  EXPECT_EQ(md.find("| ISA |"), std::string::npos) << md;  // no ISA recorded: no row
   EXPECT_THROW(br::add_json(run, "{\"benchmarks\": [", "truncated"), std::exception);
   EXPECT_THROW(br::add_json(run, "{\"context\": {}}", "no_rows"), std::runtime_error);
+}
+
+// A binary built for another ISA than the limits (a stale build directory, a hand-made run) is
+// named in the machine section: its percentages are not of what its own ISA can do.
+TEST(BenchReport, NamesBinariesBuiltForAnotherIsaThanTheLimits) {
+  br::run_data run;
+  br::add_json(run, R"({
+    "context": {"npullm_isa": "avx2", "npullm_build_isa": "NPULLM_ISA=avx2, -march=x86-64-v3"},
+    "benchmarks": [
+      {"name": "machine_limits/threads:1", "run_type": "iteration", "real_time": 1.0,
+       "time_unit": "ms", "read_GBps": 20.0, "triad_GBps": 18.0, "fma_GFLOPs": 60.0,
+       "bf16_GFLOPs": 0.0}]})",
+               "limits");
+  br::add_json(run, R"({
+    "context": {"npullm_isa": "avx2"},
+    "benchmarks": [{"name": "linear/m1/k8/n8/f32/threads:1", "run_type": "iteration",
+                    "real_time": 1.0, "time_unit": "us", "GBps": 10.0}]})",
+               "bench_ops");
+  std::string md = br::markdown(run);
+  EXPECT_NE(md.find("| ISA | avx2 (NPULLM_ISA=avx2, -march=x86-64-v3) |\n"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 1 | 20 | 18 | 60 | - |"), std::string::npos) << md;  // no bf16 peak
+  br::add_json(run, R"({
+    "context": {"npullm_isa": "avx512-bf16"},
+    "benchmarks": [{"name": "attention_decode/h1x1/d8/threads:1", "run_type": "iteration",
+                    "real_time": 1.0, "time_unit": "us", "GBps": 10.0}]})",
+               "bench_attention");
+  md = br::markdown(run);
+  EXPECT_NE(md.find("| ISA | avx2 (NPULLM_ISA=avx2, -march=x86-64-v3); built for other ISAs, so "
+                    "not comparable with these limits: bench_attention: avx512-bf16 |\n"),
+            std::string::npos)
+      << md;
 }
 
 }  // namespace
