@@ -36,11 +36,14 @@
 #include "npullm/ops/silu_mul.hpp"
 #include "npullm/ops/softmax.hpp"
 
+#include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/model/decoder_layer.hpp"
 #include "npullm/model/medusa_head.hpp"
 #include "npullm/model/pipeline_config.hpp"
 #include "npullm/model/safetensors.hpp"
 #include "npullm/model/synthetic.hpp"
+#include "npullm/model/weights.hpp"
 
 #include "npullm/batch/generate.hpp"
 #include "npullm/batch/inputs.hpp"

@@ -8,16 +8,19 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/synthetic.hpp"
+#include "support.hpp"
 
 namespace {
 
 using namespace npullm;
 using namespace npullm::model;
+using npullm::testing::expect_error;
 namespace fs = std::filesystem;
 
 const fs::path& tiny_dir(const std::string& preset_name = "tiny") {
@@ -325,6 +328,29 @@ TEST(CausalLm, OnlyTheSelectedRowsGetLogits) {
   EXPECT_EQ(h.hidden.extent(0), 2u);
 }
 
+// Weights are loaded once and shared: pipelines of other KV / attention policies over the same
+// model_weights read the same memory, compute what a pipeline with its own copy computes, and
+// keep the weights alive after the pipeline that loaded them is gone.
+TEST(CausalLm, PipelinesShareOneLoadOfTheWeights) {
+  using f32_blocks = pipeline_config<block_kv<float, 8>, dynamic_attention<>, float>;
+  const auto ids = prompt(21);
+  auto weights = model_weights<float>::load(tiny_dir());
+  std::optional<causal_lm<f32_contiguous>> first(std::in_place, weights,
+                                                 pipeline_options{.max_sequence = 64});
+  causal_lm<f32_blocks> second(first->weights(), {.max_sequence = 64});
+  EXPECT_EQ(first->weights(), weights);
+  EXPECT_EQ(second.weights(), weights);
+  EXPECT_EQ(weights.use_count(), 3);
+  EXPECT_EQ(&weights->layers[1].q.w(0, 0), &second.weights()->layers[1].q.w(0, 0));
+  const auto a = first->prefill(ids);
+  first.reset();
+  weights.reset();  // `second` holds the only reference now
+  causal_lm<f32_contiguous> own(tiny_dir(), {.max_sequence = 64});
+  const auto b = own.prefill(ids);
+  EXPECT_LE(max_diff(a.logits_of(20), b.logits_of(20)), 0.0);  // identical
+  EXPECT_LE(max_diff(second.prefill(ids).logits_of(20), b.logits_of(20)), 1e-5);
+}
+
 // Activations are sized from the step capacity (step_rows), not from max_sequence: the
 // buffers a pipeline allocates through its backend (activations, and the biases, the same for
 // both) do not grow with max_sequence, and grow by exactly one row's worth per step row.
@@ -362,6 +388,18 @@ TEST(CausalLm, PyramidMaskIsBuiltOncePerStepNotPerLayer) {
   EXPECT_EQ(attention::pyramid_step::builds().load() - before, 4u);
 }
 
+// A pyramid pipeline's chunk is its policy's; another chunked size is refused, not overridden.
+TEST(CausalLm, PyramidRefusesAnotherChunkSize) {
+  expect_error(
+      [] {
+        causal_lm<f32_pyramid> lm(tiny_dir(),
+                                  {.max_sequence = 96, .prefill = prefill_mode::chunked(8)});
+      },
+      error_code::invalid_argument, "chunks of 16, its own; prefill_mode::chunked(8)");
+  causal_lm<f32_pyramid> same(tiny_dir(), {.max_sequence = 96, .prefill = prefill_mode::chunked(16)});
+  EXPECT_EQ(same.step_rows(), 16u);
+}
+
 TEST(CausalLm, ErrorsLeaveThePipelineUsable) {
   causal_lm<f32_contiguous> lm(tiny_dir(),
                                {.max_sequence = 40, .prefill = prefill_mode::static_prompt(32)});
@@ -375,23 +413,11 @@ TEST(CausalLm, ErrorsLeaveThePipelineUsable) {
   EXPECT_EQ(lm.length(), 0u);
   const auto first = lm.prefill(prompt(30));
   const std::vector<std::int32_t> bad = {1, 512};
-  try {
-    lm.decode(bad);
-    FAIL();
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), error_code::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("causal_lm: token 512 at 1 outside the vocabulary of 512"),
-              std::string::npos)
-        << e.what();
-  }
-  try {  // more tokens than the decode shape's rows: a capacity, as every "too many tokens"
-    lm.decode(std::vector<std::int32_t>(9, 1));
-    FAIL();
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), error_code::capacity_exhausted);
-    EXPECT_NE(std::string(e.what()).find("exceeds the decode shape of 8 rows"), std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { lm.decode(bad); }, error_code::invalid_argument,
+               "causal_lm: token 512 at 1 outside the vocabulary of 512");
+  // More tokens than the decode shape's rows: a capacity, as every "too many tokens".
+  expect_error([&] { lm.decode(std::vector<std::int32_t>(9, 1)); }, error_code::capacity_exhausted,
+               "exceeds the decode shape of 8 rows");
   for (int i = 0; i < 10; ++i) lm.decode(std::array<std::int32_t, 1>{1});
   try {
     lm.decode(std::array<std::int32_t, 1>{1});

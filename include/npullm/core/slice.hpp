@@ -109,7 +109,7 @@ requires(sizeof...(S) == E::rank()) auto subview(const tensor_view<T, E, L, A>& 
   bool empty = false;
   for (std::size_t r = 0, k = 0; r < rank; ++r) {
     offset += bounds[r].first * static_cast<std::size_t>(view.stride(r));
-    if (bounds[r].kept) {
+    if (bounds[r].kept && k < out_rank) {  // k < out_rank always; said for -Warray-bounds
       out_ext[k] = static_cast<index_type>(bounds[r].extent);
       out_stride[k] = view.stride(r);
       empty = empty || bounds[r].extent == 0;

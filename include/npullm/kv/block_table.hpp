@@ -151,9 +151,15 @@ class block_table {
   // Block i of one layer: (kv_heads, tile_len, head_dim), tile_len = block_size except for a
   // shorter last block.
   [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
+    return tile(layer, i, length_);
+  }
+  // The same over the first `length` tokens only (length <= length()): the past a step
+  // attends to, before the tokens it has appended.
+  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i,
+                                std::size_t length) const noexcept {
     const std::size_t bs = pool_->block_size();
     const std::size_t first = i * bs;
-    const std::size_t len = std::min(bs, length_ - first);
+    const std::size_t len = std::min(bs, length - first);
     const auto& p = *pool_;
     const auto& s = p.shape();
     return {make_kv_view(p.block(blocks_[i], layer, kv_part::k).data_handle(), s.kv_heads, len,

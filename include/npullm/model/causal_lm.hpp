@@ -51,15 +51,17 @@
 #include "npullm/core/tokens.hpp"
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
+#include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/model/decoder_layer.hpp"
 #include "npullm/model/pipeline_config.hpp"
 #include "npullm/model/safetensors.hpp"
+#include "npullm/model/weights.hpp"
 #include "npullm/npu/host.hpp"
 #include "npullm/ops/gather.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/rms_norm.hpp"
 #include "npullm/ops/rope.hpp"
-#include "npullm/ops/silu_mul.hpp"
 #include "npullm/step/output.hpp"
 
 namespace npullm::model {
@@ -91,18 +93,32 @@ class causal_lm {
     double head = 0, body = 0, tail = 0;  // seconds
   };
 
+  // Loads the model directory's weights for this pipeline alone.
   causal_lm(const std::filesystem::path& dir, pipeline_options options = {},
             backend_type backend = {})
-      : config_(load_config(dir)),
-        weights_file_(safetensors_model::open(dir)),
+      : causal_lm(model_weights<W>::load(dir), options, std::move(backend)) {}
+
+  // Over weights loaded once (model_weights<W>::load, or another pipeline's weights()): any
+  // number of pipelines and drafts share them. A device_memory backend copies them into its
+  // own memory.
+  causal_lm(std::shared_ptr<const model_weights<W>> weights, pipeline_options options = {},
+            backend_type backend = {})
+      : host_weights_(checked(std::move(weights))),
+        config_(host_weights_->config()),
         options_(options),
         backend_(std::move(backend)),
         rope_(config_.head_dim, config_.rope_theta,
               std::max(options.max_sequence, options.prefill.size) + 1) {
     validate_options();
-    load_weights();
+    if constexpr (backend_type::device_memory) {
+      weights_ = host_weights_->copied_into(backend_);
+    } else {
+      weights_ = host_weights_;
+    }
+    pack_weights();
     create_kv();
-    allocate_buffers();
+    act_ = activations<backend_type>::allocate(
+        backend_, config_, std::max(prefill_rows_, options_.decode_rows));
     bind_arguments();
     const body_fn body = [this](const body_closure& c) { run_layer(c); };
     head_ = backend_.compile("head", {{0, config_.hidden_size}, false},
@@ -283,7 +299,7 @@ class causal_lm {
                        body_closure{l, &st}, static_cast<std::ptrdiff_t>(l), layer_args_[l]);
     }
     for (std::size_t i = 0; i < out.hidden_rows.size(); ++i) {  // pre-norm, as they are
-      std::copy_n(&x_.view()(out.hidden_rows[i], 0), config_.hidden_size, &out.hidden.view()(i, 0));
+      std::copy_n(&act_.x.view()(out.hidden_rows[i], 0), config_.hidden_size, &out.hidden.view()(i, 0));
     }
     run_lm_head(out.logit_rows, out.logits.view());
     backend_.wait();
@@ -315,6 +331,10 @@ class causal_lm {
     }
   }
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
+  // The weights this pipeline was built over (host memory), to build another over them.
+  [[nodiscard]] const std::shared_ptr<const model_weights<W>>& weights() const noexcept {
+    return host_weights_;
+  }
   // The KV of the single-sequence API (contiguous layout): for inspection and tests.
   [[nodiscard]] const kv::contiguous_cache<KvT>& kv_cache() const requires(!blocks) {
     return *cache_;
@@ -330,17 +350,6 @@ class causal_lm {
   static constexpr std::size_t all_layers = std::numeric_limits<std::size_t>::max();
 
  private:
-  // A projection's weight [N, K] as stored, and packed once when the pipeline packs weights.
-  struct projection {
-    dense_view<const W, 2> w;
-    std::optional<ops::packed_weights<W>> packed;
-  };
-  struct layer_weights {
-    dense_view<const W, 1> input_norm, post_norm;
-    projection q, k, v, o, gate, up, down;
-    std::span<const float> q_bias, k_bias, v_bias;  // empty without attention bias
-  };
-
   // Where a step's n tokens sit in its S static rows: token t in row first + t.
   struct slots {
     std::size_t rows;   // S
@@ -406,6 +415,11 @@ class causal_lm {
               "causal_lm: pyramid attention prefills in chunks of its own; use "
               "prefill_mode::chunked or dynamic");
       }
+      if (m.mode == prefill_mode::kind::chunked && m.size != attention_policy::chunk) {
+        raise(error_code::invalid_argument, "causal_lm: pyramid attention prefills in chunks of ",
+              attention_policy::chunk, ", its own; prefill_mode::chunked(", m.size,
+              ") asks for another size");
+      }
       if (options_.decode_rows > attention_policy::chunk) {
         raise(error_code::invalid_argument, "causal_lm: decode_rows ", options_.decode_rows,
               " exceeds the pyramid chunk ", attention_policy::chunk);
@@ -426,35 +440,10 @@ class causal_lm {
     }
   }
 
-  template <std::size_t Rank>
-  dense_view<const W, Rank> weight(const std::string& name, std::array<std::size_t, Rank> shape) {
-    const tensor_info& info = weights_file_.info(name);
-    if (info.storage() != dtype_of<W>) {
-      raise(error_code::unsupported, "causal_lm: ", name, " is stored as ", info.dtype,
-            "; this pipeline is configured for ", to_string(dtype_of<W>), " weights");
-    }
-    auto v = weights_file_.template view<W, Rank>(name);
-    for (std::size_t r = 0; r < Rank; ++r) {
-      if (v.extent(r) != shape[r]) {
-        raise(error_code::corrupt_data, "causal_lm: ", name, " has shape ",
-              npullm::detail::format_extents(v.extents()), ", config.json implies ",
-              npullm::detail::format_list(shape));
-      }
-    }
-    if constexpr (backend_type::device_memory) {
-      // The device reads weights from its own memory: copy them in once.
-      auto& b = device_weights_.emplace_back(backend_.template allocate<W>(v.size()));
-      std::copy_n(v.data_handle(), v.size(), b.data());
-      return dense_view<const W, Rank>(b.data(), v.extents());
-    } else {
-      return v;
-    }
-  }
-  std::span<const float> bias(const std::string& name, std::size_t n) {
-    const auto v = weight<1>(name, {n});
-    auto& out = biases_.emplace_back(backend_.template allocate<float>(n));
-    for (std::size_t i = 0; i < n; ++i) out.data()[i] = to_float(v(i));
-    return {out.data(), n};
+  static std::shared_ptr<const model_weights<W>> checked(
+      std::shared_ptr<const model_weights<W>> w) {
+    if (!w) raise(error_code::invalid_argument, "causal_lm: no weights");
+    return w;
   }
 
   [[nodiscard]] bool packs_weights() const noexcept {
@@ -468,48 +457,16 @@ class causal_lm {
       }
     }
   }
-  projection project_weight(const std::string& name, std::array<std::size_t, 2> shape) {
-    projection p{weight<2>(name, shape), std::nullopt};
-    if (packs_weights()) p.packed.emplace(p.w, pool_policy{options_.pool});
-    return p;
-  }
-  // y = x W^T (+ bias) with the packed copy when there is one.
-  void apply(dense_view<const float, 2> x, const projection& p, dense_view<float, 2> y,
-             std::span<const float> bias = {}) const {
-    const pool_policy policy{options_.pool};
-    if (p.packed) {
-      ops::linear<W>(x, *p.packed, y, bias, policy);
-    } else {
-      ops::linear<W>(x, p.w, y, bias, policy);
-    }
-  }
-
-  void load_weights() {
-    const auto& c = config_;
-    const std::size_t h = c.hidden_size;
-    embed_ = weight<2>("model.embed_tokens.weight", {c.vocab_size, h});
-    final_norm_ = weight<1>("model.norm.weight", {h});
-    lm_head_ = c.tie_word_embeddings ? embed_ : weight<2>("lm_head.weight", {c.vocab_size, h});
-    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      layer_weights lw{weight<1>(p + "input_layernorm.weight", {h}),
-                       weight<1>(p + "post_attention_layernorm.weight", {h}),
-                       project_weight(p + "self_attn.q_proj.weight", {c.q_size(), h}),
-                       project_weight(p + "self_attn.k_proj.weight", {c.kv_size(), h}),
-                       project_weight(p + "self_attn.v_proj.weight", {c.kv_size(), h}),
-                       project_weight(p + "self_attn.o_proj.weight", {h, c.q_size()}),
-                       project_weight(p + "mlp.gate_proj.weight", {c.intermediate_size, h}),
-                       project_weight(p + "mlp.up_proj.weight", {c.intermediate_size, h}),
-                       project_weight(p + "mlp.down_proj.weight", {h, c.intermediate_size}),
-                       {},
-                       {},
-                       {}};
-      if (c.attention_bias) {
-        lw.q_bias = bias(p + "self_attn.q_proj.bias", c.q_size());
-        lw.k_bias = bias(p + "self_attn.k_proj.bias", c.kv_size());
-        lw.v_bias = bias(p + "self_attn.v_proj.bias", c.kv_size());
+  // This pipeline's layer table: the shared weights' views, and its own packed copies of the
+  // projections when it packs (options.packing).
+  void pack_weights() {
+    layers_ = weights_->layers;
+    if (!packs_weights()) return;
+    packed_.reserve(layers_.size() * 7);
+    for (layer_weights<W>& l : layers_) {
+      for (projection<W>* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+        p->packed = &packed_.emplace_back(p->w, pool_policy{options_.pool});
       }
-      layers_.push_back(std::move(lw));
     }
   }
 
@@ -532,22 +489,6 @@ class causal_lm {
     }
   }
 
-  void allocate_buffers() {
-    const auto& c = config_;
-    const std::size_t r = std::max(prefill_rows_, options_.decode_rows);
-    x_ = backend_.template allocate<float, 2>({r, c.hidden_size});
-    h_ = backend_.template allocate<float, 2>({r, c.hidden_size});
-    q_ = backend_.template allocate<float, 2>({r, c.q_size()});
-    k_ = backend_.template allocate<float, 2>({r, c.kv_size()});
-    v_ = backend_.template allocate<float, 2>({r, c.kv_size()});
-    qh_ = backend_.template allocate<float, 3>({c.num_attention_heads, r, c.head_dim});
-    kh_ = backend_.template allocate<float, 3>({c.num_key_value_heads, r, c.head_dim});
-    vh_ = backend_.template allocate<float, 3>({c.num_key_value_heads, r, c.head_dim});
-    att_ = backend_.template allocate<float, 3>({c.num_attention_heads, r, c.head_dim});
-    gate_ = backend_.template allocate<float, 2>({r, c.intermediate_size});
-    up_ = backend_.template allocate<float, 2>({r, c.intermediate_size});
-  }
-
   // A call's result in host memory (counted by the host backend's statistics).
   tensor<float, 2> host_output(const std::array<std::size_t, 2>& shape) {
     if constexpr (backend_type::device_memory) {
@@ -561,16 +502,13 @@ class causal_lm {
   // body (activations, the KV storage, one layer's weights), tail (head's, the final norm and
   // the LM head; each call adds its rows' stage).
   void bind_arguments() {
-    auto arg = [](const auto& t) { return npu::argument{t.data(), t.size() * sizeof(*t.data())}; };
     auto warg = [](const auto& v) { return npu::argument{v.data_handle(), v.size() * sizeof(W)}; };
-    const std::vector<npu::argument> activations = {arg(x_),   arg(h_),    arg(q_),  arg(k_),
-                                                    arg(v_),   arg(qh_),   arg(kh_), arg(vh_),
-                                                    arg(att_), arg(gate_), arg(up_)};
+    const std::vector<npu::argument> activations = act_.arguments();
     head_args_ = activations;
-    head_args_.push_back(warg(embed_));
+    head_args_.push_back(warg(weights_->embed));
     tail_args_ = head_args_;
-    tail_args_.push_back(warg(final_norm_));
-    if (lm_head_.data_handle() != embed_.data_handle()) tail_args_.push_back(warg(lm_head_));
+    tail_args_.push_back(warg(weights_->final_norm));
+    if (weights_->lm_head.data_handle() != weights_->embed.data_handle()) tail_args_.push_back(warg(weights_->lm_head));
     npu::argument kv_storage{};
     if constexpr (blocks) {
       kv_storage = {pool_->data(), pool_->storage_bytes()};
@@ -714,117 +652,70 @@ class causal_lm {
   }
 
   void run_head(const step_state& st) {
-    auto x = rows(x_.view(), 0, st.s.rows);
+    auto x = rows(act_.x.view(), 0, st.s.rows);
     std::fill_n(x.data_handle(), x.size(), 0.0f);
-    ops::gather<W>(st.ids, embed_, rows(x_.view(), st.s.first, st.s.first + st.ids.size()));
+    ops::gather<W>(st.ids, weights_->embed, rows(act_.x.view(), st.s.first, st.s.first + st.ids.size()));
   }
 
-  // Tokens [past, past + n) of one layer as tiles of the cache, for the present step.
+  // Tokens [0, past) of one layer as tiles of the cache: what a step attends to before its own.
   std::vector<kv::kv_tile<KvT>> past_tiles(std::size_t layer, std::size_t past,
                                            const table_type* seq = nullptr) const {
     std::vector<kv::kv_tile<KvT>> tiles;
     if (past == 0) return tiles;
     if constexpr (blocks) {
-      const std::size_t bs = kv_policy::block_size;
-      const auto& s = pool_->shape();
       const auto& table = seq ? *seq : *table_;
-      for (std::size_t i = 0; i * bs < past; ++i) {
-        const kv::block_id b = table.blocks()[i];
-        const std::size_t len = std::min(bs, past - i * bs);
-        tiles.push_back({kv::make_kv_view(pool_->block(b, layer, kv::kv_part::k).data_handle(),
-                                          s.kv_heads, len, s.head_dim, bs * s.head_dim),
-                         kv::make_kv_view(pool_->block(b, layer, kv::kv_part::v).data_handle(),
-                                          s.kv_heads, len, s.head_dim, bs * s.head_dim),
-                         i * bs});
-      }
+      for (std::size_t i = 0; i * kv_policy::block_size < past; ++i)
+        tiles.push_back(table.tile(layer, i, past));
     } else {
       tiles.push_back(cache_->range_tile(layer, 0, past));
     }
     return tiles;
   }
 
-  strided_view<KvT, 2> kv_slot(std::size_t pos, std::size_t layer, kv::kv_part part) {
-    if constexpr (blocks) {
-      return table_->token_kv(pos, layer, part);
-    } else {
-      return cache_->token_kv(pos, layer, part);
+  // A step's K/V rows [first, first + n) of (kv_heads, rows, head_dim) join `source` (a block
+  // table or the cache) at positions past.. in one layer.
+  template <class Source>
+  static void write_kv(Source& source, std::size_t layer, std::size_t past, dense_view<const float, 3> kh,
+                       dense_view<const float, 3> vh, std::size_t first, std::size_t n) {
+    for (std::size_t t = 0; t < n; ++t) {
+      auto ks = source.token_kv(past + t, layer, kv::kv_part::k);  // (kv_heads, head_dim)
+      auto vs = source.token_kv(past + t, layer, kv::kv_part::v);
+      for (std::size_t hh = 0; hh < kh.extent(0); ++hh) {
+        for (std::size_t d = 0; d < kh.extent(2); ++d) {
+          ks(hh, d) = from_float<KvT>(kh(hh, first + t, d));
+          vs(hh, d) = from_float<KvT>(vh(hh, first + t, d));
+        }
+      }
     }
   }
 
+  // One layer of a step: decoder_layer with this pipeline's attention. A segment attends to
+  // its own sequence's past (none for an independent sequence; the pyramid variant; the
+  // padded static prompt; or the KV as it is) with its own K/V as the final tile, which then
+  // join that sequence's KV.
   void run_layer(const body_closure& c) {
     const step_state& st = *c.step;
-    const layer_weights& w = layers_[c.layer];
-    const auto& cfg = config_;
-    const std::size_t S = st.s.rows, n = st.ids.size(), D = cfg.head_dim;
-    const std::size_t hq = cfg.num_attention_heads, hkv = cfg.num_key_value_heads;
+    const std::size_t S = st.s.rows, n = st.ids.size();
     const pool_policy policy{options_.pool};
-    auto x = rows(x_.view(), 0, S);
-    auto h = rows(h_.view(), 0, S);
-    auto q = rows(q_.view(), 0, S);
-    auto k = rows(k_.view(), 0, S);
-    auto v = rows(v_.view(), 0, S);
-
-    ops::rms_norm<W>(x, w.input_norm, static_cast<float>(cfg.rms_norm_eps), h);
-    apply(h, w.q, q, w.q_bias);
-    apply(h, w.k, k, w.k_bias);
-    apply(h, w.v, v, w.v_bias);
-    ops::apply_rope(dense_view<float, 3>(q.data_handle(), S, hq, D), st.positions, rope_);
-    ops::apply_rope(dense_view<float, 3>(k.data_handle(), S, hkv, D), st.positions, rope_);
-
-    // Head-major copies, one contiguous block per segment (the whole step is one segment
-    // unless it packs independent sequences): q (hq, rows, D), present K/V (hkv, rows, D).
-    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
-    std::vector<segment> whole{{0, S}};
+    const std::vector<segment> whole{{0, S}};
     const std::vector<segment>& segments = st.packed.empty() ? whole : st.packed;
-    for (const segment& g : segments) {
-      const dense_view<float, 3> qh(qh_.data() + g.begin * hq * D, hq, g.rows, D);
-      const dense_view<float, 3> kh(kh_.data() + g.begin * hkv * D, hkv, g.rows, D);
-      const dense_view<float, 3> vh(vh_.data() + g.begin * hkv * D, hkv, g.rows, D);
-      const dense_view<float, 3> att(att_.data() + g.begin * hq * D, hq, g.rows, D);
-      for (std::size_t r = 0; r < g.rows; ++r) {
-        for (std::size_t hh = 0; hh < hq; ++hh)
-          std::copy_n(&q(g.begin + r, hh * D), D, &qh(hh, r, 0));
-        for (std::size_t hh = 0; hh < hkv; ++hh) {
-          if constexpr (std::is_same_v<KvT, float>) {
-            std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
-            std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
-          } else {
-            // At the cache's precision: later steps read these K/V back from the cache, so the
-            // rows of one step (a prefill, a speculative verify pass) see what token-by-token
-            // decoding sees, and greedy verification agrees with plain decoding exactly.
-            for (std::size_t d = 0; d < D; ++d) {
-              kh(hh, r, d) = to_float(from_float<KvT>(k(g.begin + r, hh * D + d)));
-              vh(hh, r, d) = to_float(from_float<KvT>(v(g.begin + r, hh * D + d)));
-            }
-          }
-        }
-      }
-      const attention::attention_io io{qh, att, {}, inv_sqrt_d};
+    auto attend = [&](const segment& g, const attention::attention_io& io,
+                      dense_view<float, 3> kh, dense_view<float, 3> vh) {
       if (!st.packed.empty()) {
         if (g.table == nullptr) {  // an independent sequence: its own K/V only, causal
           const kv::kv_tile<float> present{kh, vh, 0};
           attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(), &present,
                                             attention::causal{0}, policy);
-          continue;
+          return;
         }
         if constexpr (blocks) {  // one of several sequences: its own blocks, then its K/V join them
-          auto* table = g.table;
           const kv::kv_tile<float> present{kh, vh, g.past};
-          const auto past = past_tiles(c.layer, g.past, table);
+          const auto past = past_tiles(c.layer, g.past, g.table);
           attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
                                             attention::causal{g.past}, policy);
-          for (std::size_t t = 0; t < g.rows; ++t) {
-            auto ks = table->token_kv(g.past + t, c.layer, kv::kv_part::k);
-            auto vs = table->token_kv(g.past + t, c.layer, kv::kv_part::v);
-            for (std::size_t hh = 0; hh < hkv; ++hh) {
-              for (std::size_t d = 0; d < D; ++d) {
-                ks(hh, d) = from_float<KvT>(kh(hh, t, d));
-                vs(hh, d) = from_float<KvT>(vh(hh, t, d));
-              }
-            }
-          }
+          write_kv(*g.table, c.layer, g.past, kh, vh, 0, g.rows);
         }
-        continue;
+        return;
       }
       const kv::kv_tile<float> present{kh, vh, st.past};
       const auto past = past_tiles(c.layer, st.past);
@@ -843,43 +734,14 @@ class causal_lm {
                                           attention::causal{st.past}, policy);
       }
       // The step's real K/V join the cache.
-      for (std::size_t t = 0; t < n; ++t) {
-        const std::size_t r = st.s.first + t;
-        auto ks = kv_slot(st.past + t, c.layer, kv::kv_part::k);
-        auto vs = kv_slot(st.past + t, c.layer, kv::kv_part::v);
-        for (std::size_t hh = 0; hh < hkv; ++hh) {
-          for (std::size_t d = 0; d < D; ++d) {
-            ks(hh, d) = from_float<KvT>(kh(hh, r, d));
-            vs(hh, d) = from_float<KvT>(vh(hh, r, d));
-          }
-        }
+      if constexpr (blocks) {
+        write_kv(*table_, c.layer, st.past, kh, vh, st.s.first, n);
+      } else {
+        write_kv(*cache_, c.layer, st.past, kh, vh, st.s.first, n);
       }
-    }
-    // Back to rows (S, hq * D), then the o projection into h and the residual.
-    for (const segment& g : segments) {
-      const dense_view<float, 3> att(att_.data() + g.begin * hq * D, hq, g.rows, D);
-      for (std::size_t r = 0; r < g.rows; ++r) {
-        for (std::size_t hh = 0; hh < hq; ++hh)
-          std::copy_n(&att(hh, r, 0), D, &q(g.begin + r, hh * D));
-      }
-    }
-    apply(q, w.o, h);
-    add_into(x, h);
-    // MLP.
-    ops::rms_norm<W>(x, w.post_norm, static_cast<float>(cfg.rms_norm_eps), h);
-    auto g = rows(gate_.view(), 0, S);
-    auto u = rows(up_.view(), 0, S);
-    apply(h, w.gate, g);
-    apply(h, w.up, u);
-    ops::silu_mul(g, u, g);
-    apply(g, w.down, h);
-    add_into(x, h);
-  }
-
-  static void add_into(dense_view<float, 2> x, dense_view<const float, 2> y) {
-    float* a = x.data_handle();
-    const float* b = y.data_handle();
-    for (std::size_t i = 0; i < x.size(); ++i) a[i] += b[i];
+    };
+    decoder_layer<KvT>(layers_[c.layer], act_, config_, rope_, st.positions, S,
+                       std::span<const segment>(segments), policy, attend);
   }
 
   // Writes the selected rows into the call's output, or (device_memory backends) into the
@@ -898,7 +760,7 @@ class causal_lm {
     }
     // Pre-norm hidden rows, copied out as they are.
     for (std::size_t i = 0; i < nh; ++i) {
-      std::copy_n(&x_.view()(st.s.first + t.hidden_rows[i], 0), cfg.hidden_size, &hidden(i, 0));
+      std::copy_n(&act_.x.view()(st.s.first + t.hidden_rows[i], 0), cfg.hidden_size, &hidden(i, 0));
     }
     if (nl == 0) return;
     std::vector<std::size_t> step_rows(nl);
@@ -911,33 +773,30 @@ class causal_lm {
     const auto& cfg = config_;
     const std::size_t m = step_rows.size();
     if (m == 0) return;
-    auto sel = rows(h_.view(), 0, m);
+    auto sel = rows(act_.h.view(), 0, m);
     for (std::size_t i = 0; i < m; ++i)
-      std::copy_n(&x_.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
-    ops::rms_norm<W>(sel, final_norm_, static_cast<float>(cfg.rms_norm_eps), sel);
-    ops::linear<W>(sel, lm_head_, out, {}, pool_policy{options_.pool});
+      std::copy_n(&act_.x.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
+    ops::rms_norm<W>(sel, weights_->final_norm, static_cast<float>(cfg.rms_norm_eps), sel);
+    ops::linear<W>(sel, weights_->lm_head, out, {}, pool_policy{options_.pool});
   }
 
+  std::shared_ptr<const model_weights<W>> host_weights_;  // as given (shared)
   model_config config_;
-  safetensors_model weights_file_;
+  std::shared_ptr<const model_weights<W>> weights_;  // what runs: host_weights_ or a device copy
+  std::vector<layer_weights<W>> layers_;              // weights_'s, with this pipeline's packing
+  std::vector<ops::packed_weights<W>> packed_;        // packed projections (reserved: no moves)
   pipeline_options options_;
   backend_type backend_;
   ops::rope_table rope_;
   std::size_t prefill_rows_ = 0;
 
-  dense_view<const W, 2> embed_, lm_head_;
-  dense_view<const W, 1> final_norm_;
-  std::vector<layer_weights> layers_;
 
   std::optional<kv::contiguous_cache<KvT, kv_allocator>> cache_;
   std::optional<pool_type> pool_;
   std::optional<table_type> table_;
   std::optional<attention::pyramid_plan> plan_;
 
-  buffer<float, 2> x_, h_, q_, k_, v_, gate_, up_;
-  buffer<float, 3> qh_, kh_, vh_, att_;
-  std::vector<buffer<W, 1>> device_weights_;  // device_memory backends: the weights, copied
-  std::vector<buffer<float, 1>> biases_;
+  activations<backend_type> act_;
   buffer<float, 1> tail_stage_;  // device_memory backends: the tail's output rows
   std::vector<npu::argument> head_args_, tail_args_;  // tail: + the stage, per call
   std::vector<std::vector<npu::argument>> layer_args_;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <string_view>
 
 #include "npullm/core/dtype.hpp"
@@ -126,7 +127,8 @@ inline model_config parse_config(std::string_view text, std::string_view name) {
 }
 
 inline model_config load_config(const std::filesystem::path& path) {
-  const auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  std::error_code ec;  // a path that cannot be inspected is read as a file: the open fails (io)
+  const auto file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   std::ifstream in(file);
   if (!in) raise(error_code::io, "cannot read ", file.string());
   std::stringstream text;

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <system_error>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -250,7 +251,8 @@ inline void write_model(const std::filesystem::path& dir, const model_spec& spec
     }
     if (!out) raise(error_code::io, "writing ", tmp.string(), " failed");
   }
-  fs::rename(tmp, dir / "model.safetensors");
+  fs::rename(tmp, dir / "model.safetensors", ec);
+  if (ec) raise(error_code::io, "cannot rename ", tmp.string(), ": ", ec.message());
   const fs::path cfg_tmp = dir / "config.json.tmp";
   {
     std::ofstream out(cfg_tmp, std::ios::trunc);
@@ -258,18 +260,20 @@ inline void write_model(const std::filesystem::path& dir, const model_spec& spec
     out << config_json(c).dump(2) << '\n';
     if (!out) raise(error_code::io, "writing ", cfg_tmp.string(), " failed");
   }
-  fs::rename(cfg_tmp, dir / "config.json");
+  fs::rename(cfg_tmp, dir / "config.json", ec);
+  if (ec) raise(error_code::io, "cannot rename ", cfg_tmp.string(), ": ", ec.message());
 }
 
 // Writes the model into dir unless an up-to-date one (same generator version) is there.
 // Returns true when it wrote one.
 inline bool ensure_model(const std::filesystem::path& dir, const model_spec& spec) {
   namespace fs = std::filesystem;
-  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "config.json")) {
+  std::error_code ec;
+  if (fs::exists(dir / "model.safetensors", ec) && fs::exists(dir / "config.json", ec)) {
     std::ifstream in(dir / "config.json");
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_discarded() && j.is_object() &&
-        j.value("npullm_generator_version", 0) == generator_version) {
+    const auto v = j.is_object() ? j.find("npullm_generator_version") : j.end();
+    if (v != j.end() && v->is_number_integer() && v->get<int>() == generator_version) {
       return false;
     }
   }

@@ -1,0 +1,119 @@
+// decoder_layer: one Qwen2 / Llama decoder layer over a step's rows, as a free function of its
+// weights, the activations and an attention callable.
+//
+//   h = rms_norm(x);  q, k, v = h W_q (+ b_q), h W_k (+ b_k), h W_v (+ b_v);  rope(q, k)
+//   attend(segment, io, kh, vh)        per segment of the rows: attention into io.out, and
+//                                      whatever the caller keeps of the segment's K/V
+//   x += att W_o;  x += down(silu(rms_norm(x) W_gate) * rms_norm(x) W_up)
+//
+// The rows form one segment unless the step packs independent sequences. q is handed over
+// head-major (heads, rows, head_dim); the segment's own K/V (kv_heads, rows, head_dim) are
+// rounded to KvT, the KV cache's element type, so the rows of one step see what a later step
+// reads back from the cache. Attention (which KV, which mask) and the KV write-back are the
+// caller's: a layer kind with another attention (sliding window, ...) is another attend.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include "npullm/attention/flash.hpp"
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/slice.hpp"
+#include "npullm/model/activations.hpp"
+#include "npullm/model/config.hpp"
+#include "npullm/model/weights.hpp"
+#include "npullm/ops/linear.hpp"
+#include "npullm/ops/rms_norm.hpp"
+#include "npullm/ops/rope.hpp"
+#include "npullm/ops/silu_mul.hpp"
+
+namespace npullm::model {
+
+// Rows [begin, begin + rows) of a step.
+template <class S>
+concept row_segment = requires(const S& s) {
+  { s.begin } -> std::convertible_to<std::size_t>;
+  { s.rows } -> std::convertible_to<std::size_t>;
+};
+
+// attend(const Segment&, const attention::attention_io&, dense_view<float, 3> kh,
+//        dense_view<float, 3> vh)
+template <storage_type KvT, storage_type W, class Backend, row_segment Segment, class Attend>
+void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const model_config& cfg,
+                   const ops::rope_table& rope, std::span<const std::int64_t> positions,
+                   std::size_t S, std::span<const Segment> segments, const pool_policy& policy,
+                   Attend&& attend) {
+  const std::size_t D = cfg.head_dim;
+  const std::size_t hq = cfg.num_attention_heads, hkv = cfg.num_key_value_heads;
+  auto x = rows(a.x.view(), 0, S);  // (S, hidden)
+  auto h = rows(a.h.view(), 0, S);  // (S, hidden)
+  auto q = rows(a.q.view(), 0, S);  // (S, q_size)
+  auto k = rows(a.k.view(), 0, S);  // (S, kv_size)
+  auto v = rows(a.v.view(), 0, S);  // (S, kv_size)
+
+  ops::rms_norm<W>(x, w.input_norm, static_cast<float>(cfg.rms_norm_eps), h);
+  project(h, w.q, q, w.q_bias, policy);
+  project(h, w.k, k, w.k_bias, policy);
+  project(h, w.v, v, w.v_bias, policy);
+  ops::apply_rope(dense_view<float, 3>(q.data_handle(), S, hq, D), positions, rope);
+  ops::apply_rope(dense_view<float, 3>(k.data_handle(), S, hkv, D), positions, rope);
+
+  // Head-major copies, one contiguous block per segment.
+  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
+  for (const Segment& g : segments) {
+    const dense_view<float, 3> qh(a.qh.data() + g.begin * hq * D, hq, g.rows, D);    // (hq, rows, D)
+    const dense_view<float, 3> kh(a.kh.data() + g.begin * hkv * D, hkv, g.rows, D);  // (hkv, rows, D)
+    const dense_view<float, 3> vh(a.vh.data() + g.begin * hkv * D, hkv, g.rows, D);  // (hkv, rows, D)
+    const dense_view<float, 3> att(a.att.data() + g.begin * hq * D, hq, g.rows, D);  // (hq, rows, D)
+    for (std::size_t r = 0; r < g.rows; ++r) {
+      for (std::size_t hh = 0; hh < hq; ++hh)
+        std::copy_n(&q(g.begin + r, hh * D), D, &qh(hh, r, 0));
+      for (std::size_t hh = 0; hh < hkv; ++hh) {
+        if constexpr (std::is_same_v<KvT, float>) {
+          std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
+          std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
+        } else {
+          // At the cache's precision: later steps read these K/V back from the cache, so the
+          // rows of one step (a prefill, a speculative verify pass) see what token-by-token
+          // decoding sees, and greedy verification agrees with plain decoding exactly.
+          for (std::size_t d = 0; d < D; ++d) {
+            kh(hh, r, d) = to_float(from_float<KvT>(k(g.begin + r, hh * D + d)));
+            vh(hh, r, d) = to_float(from_float<KvT>(v(g.begin + r, hh * D + d)));
+          }
+        }
+      }
+    }
+    attend(g, attention::attention_io{qh, att, {}, inv_sqrt_d}, kh, vh);
+  }
+  // Back to rows (S, hq * D), then the o projection into h and the residual.
+  for (const Segment& g : segments) {
+    const dense_view<float, 3> att(a.att.data() + g.begin * hq * D, hq, g.rows, D);
+    for (std::size_t r = 0; r < g.rows; ++r) {
+      for (std::size_t hh = 0; hh < hq; ++hh)
+        std::copy_n(&att(hh, r, 0), D, &q(g.begin + r, hh * D));
+    }
+  }
+  auto add_into = [](dense_view<float, 2> y, dense_view<const float, 2> z) {
+    float* p = y.data_handle();
+    const float* s = z.data_handle();
+    for (std::size_t i = 0; i < y.size(); ++i) p[i] += s[i];
+  };
+  project(q, w.o, h, {}, policy);
+  add_into(x, h);
+  // MLP.
+  ops::rms_norm<W>(x, w.post_norm, static_cast<float>(cfg.rms_norm_eps), h);
+  auto gt = rows(a.gate.view(), 0, S);  // (S, intermediate)
+  auto up = rows(a.up.view(), 0, S);    // (S, intermediate)
+  project(h, w.gate, gt, {}, policy);
+  project(h, w.up, up, {}, policy);
+  ops::silu_mul(gt, up, gt);
+  project(gt, w.down, h, {}, policy);
+  add_into(x, h);
+}
+
+}  // namespace npullm::model
