@@ -63,6 +63,26 @@ TEST(SoftmaxState, EmptyStatesAreSafe) {
   EXPECT_EQ(full.lse(), lse);
 }
 
+// The -inf rules every online-softmax update goes through (softmax_state and flash's row
+// update): no exp(-inf - (-inf)), nothing accumulated before the first visible key.
+TEST(SoftmaxState, StepMaxRules) {
+  const max_step none = step_max(neg_inf, neg_inf);  // every key so far masked
+  EXPECT_FALSE(none.visible());
+  EXPECT_FALSE(std::isnan(none.alpha));
+  const max_step first = step_max(neg_inf, 2.0f);  // first visible key: old sums are empty
+  EXPECT_TRUE(first.visible());
+  EXPECT_EQ(first.m, 2.0f);
+  EXPECT_EQ(first.alpha, 0.0f);
+  const max_step same = step_max(2.0f, 1.0f);  // max unchanged: nothing rescaled
+  EXPECT_EQ(same.m, 2.0f);
+  EXPECT_EQ(same.alpha, 1.0f);
+  const max_step up = step_max(1.0f, 3.0f);
+  EXPECT_EQ(up.m, 3.0f);
+  EXPECT_FLOAT_EQ(up.alpha, std::exp(-2.0f));
+  EXPECT_EQ(merge_weight(neg_inf, 1.0f), 0.0f);  // an empty partial adds nothing
+  EXPECT_FLOAT_EQ(merge_weight(0.5f, 1.0f), std::exp(-0.5f));
+}
+
 TEST(SoftmaxState, LargeScoresDoNotOverflow) {
   std::vector<float> acc(1);
   softmax_state st(acc);

@@ -250,23 +250,22 @@ template <mask_policy Mask>
     sc = simd::load(tmp);
   }
   float* p = s.p.data() + row * key_block;
-  const float m_old = s.m[row];
-  const float m_new = std::max(m_old, simd::reduce_max(sc));
-  if (m_new == neg_inf) {  // nothing visible to this row yet: p = 0, state unchanged
+  // The -inf rules are softmax_state's (attention/state.hpp), over this row's m, l and acc.
+  const max_step step = step_max(s.m[row], simd::reduce_max(sc));
+  if (!step.visible()) {  // nothing visible to this row yet: p = 0, state unchanged
     simd::store(p, simd::zero());
     return;
   }
-  const simd::f32x16 prob = simd::exp(simd::sub(sc, simd::set1(m_new)));
+  const simd::f32x16 prob = simd::exp(simd::sub(sc, simd::set1(step.m)));
   simd::store(p, prob);
-  if (m_new != m_old) {
-    const float alpha = m_old == neg_inf ? 0.0f : std::exp(m_old - m_new);
+  if (step.m != s.m[row]) {
     float* acc = s.acc.data() + row * dim;
-    const simd::f32x16 va = simd::set1(alpha);
+    const simd::f32x16 va = simd::set1(step.alpha);
     for (std::size_t d = 0; d < dim; d += simd::lanes) {
       simd::store(acc + d, simd::mul(simd::load(acc + d), va));
     }
-    s.l[row] *= alpha;
-    s.m[row] = m_new;
+    s.l[row] *= step.alpha;
+    s.m[row] = step.m;
   }
   s.l[row] += simd::reduce_add(prob);
 }

@@ -12,8 +12,13 @@
 // exp(-inf - (-inf)) would give NaN, so it is never computed. Merging is the same rule with
 // (m_b, l_b, acc_b) as one "key": two empty states merge to an empty state.
 // normalize() divides acc by l; an empty row (l == 0) gives zeros and lse() == -inf.
+//
+// These rules live in step_max() and merge_weight() below, and only there: softmax_state and
+// flash attention's vectorized row update (which keeps m, l, acc of many rows in its own
+// arrays) both go through them.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -26,6 +31,26 @@
 namespace npullm::attention {
 
 inline constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+// One step of the running max: m_old seen so far, then scores whose largest is `candidate`.
+struct max_step {
+  float m;      // max(m_old, candidate): the new running max
+  float alpha;  // exp(m_old - m): the factor for l and acc (0 when m_old was -inf, 1 if m_old == m)
+  // false while every key so far is masked (m == -inf): then nothing may be computed or changed.
+  [[nodiscard]] bool visible() const noexcept { return m != neg_inf; }
+};
+
+[[nodiscard]] inline max_step step_max(float m_old, float candidate) noexcept {
+  const float m = std::max(m_old, candidate);
+  if (m == m_old) return {m, 1.0f};  // also both -inf: no exp(-inf - (-inf))
+  return {m, m_old == neg_inf ? 0.0f : std::exp(m_old - m)};
+}
+
+// The weight exp(m_part - m) of a partial state with max m_part folded into a total whose max
+// m >= m_part is visible: 0 for an empty partial (m_part == -inf).
+[[nodiscard]] inline float merge_weight(float m_part, float m) noexcept {
+  return m_part == neg_inf ? 0.0f : std::exp(m_part - m);
+}
 
 class softmax_state {
  public:
@@ -45,9 +70,9 @@ class softmax_state {
     }
     float tile_max = neg_inf;
     for (float s : scores) tile_max = std::max(tile_max, s);
-    const float m_new = std::max(m_, tile_max);
-    if (m_new == neg_inf) return;  // nothing visible yet
-    rescale(m_new);
+    const max_step step = step_max(m_, tile_max);
+    if (!step.visible()) return;  // nothing visible yet
+    rescale(step);
     for (std::size_t j = 0; j < scores.size(); ++j) {
       if (scores[j] == neg_inf) continue;
       const float p = std::exp(scores[j] - m_);
@@ -62,10 +87,10 @@ class softmax_state {
       raise(error_code::invalid_shape, "softmax_state::merge: D ", acc_.size(), " and ",
             other.acc_.size());
     }
-    const float m_new = std::max(m_, other.m_);
-    if (m_new == neg_inf) return;  // both empty
-    rescale(m_new);
-    const float beta = other.m_ == neg_inf ? 0.0f : std::exp(other.m_ - m_new);
+    const max_step step = step_max(m_, other.m_);
+    if (!step.visible()) return;  // both empty
+    rescale(step);
+    const float beta = merge_weight(other.m_, m_);
     l_ += beta * other.l_;
     for (std::size_t d = 0; d < acc_.size(); ++d) acc_[d] += beta * other.acc_[d];
   }
@@ -84,12 +109,11 @@ class softmax_state {
   [[nodiscard]] bool empty() const noexcept { return m_ == neg_inf; }
 
  private:
-  void rescale(float m_new) noexcept {
-    if (m_new == m_) return;
-    const float alpha = m_ == neg_inf ? 0.0f : std::exp(m_ - m_new);
-    l_ *= alpha;
-    for (float& a : acc_) a *= alpha;
-    m_ = m_new;
+  void rescale(const max_step& step) noexcept {
+    if (step.m == m_) return;
+    l_ *= step.alpha;
+    for (float& a : acc_) a *= step.alpha;
+    m_ = step.m;
   }
 
   float m_ = neg_inf;

@@ -56,7 +56,7 @@ namespace npullm::batch {
 struct request {
   std::vector<std::int32_t> prompt;
   std::size_t max_new_tokens = 16;
-  std::vector<std::int32_t> stop;  // a stop token ends the request (and is part of the output)
+  std::vector<std::int32_t> stop{};  // a stop token ends the request (and is part of the output)
   sampler_config sampling{};
   std::uint64_t seed = 0;
 };

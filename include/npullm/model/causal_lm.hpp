@@ -369,7 +369,7 @@ class causal_lm {
     slots s;
     std::vector<std::int64_t> positions;  // per row (padding rows: 0)
     const attention::pyramid_step* pyramid_step = nullptr;
-    std::vector<segment> packed;  // non-empty: independent sequences, nothing stored
+    std::vector<segment> packed{};  // non-empty: independent sequences, nothing stored
   };
   struct body_closure {
     std::size_t layer;
