@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <limits>
 #include <span>
+#include <memory>
 #include <vector>
 
 #include "npullm/batch/speculative.hpp"
@@ -28,6 +29,13 @@ namespace npullm::testing {
 // The target model of the speculative tests (the tiny preset: 2 layers, vocabulary 512).
 inline const std::filesystem::path& target_dir() {
   return generated_model("tiny", 21);
+}
+
+// Its weights, loaded once per test program: every target, twin and verifier pipeline of the
+// tests is built over these (model_weights is shared, read-only).
+inline const std::shared_ptr<const model::model_weights<float>>& target_weights() {
+  static const auto w = model::model_weights<float>::load(target_dir());
+  return w;
 }
 
 // The pipelines of the speculative tests: f32 weights, f32 KV in one contiguous cache or in
@@ -213,12 +221,13 @@ struct draft_set {
   batch::head_draft<oracle_head> right_head_draft{right_head}, wrong_head_draft{wrong_head};
 
   // runs: the plain greedy runs the oracles answer from.
-  draft_set(LM& t, const std::filesystem::path& target_dir, const std::filesystem::path& small_dir,
-            const model::pipeline_options& options, const std::vector<plain_run>& runs)
+  // The twin shares the target's weights (no second copy); the small model has its own.
+  draft_set(LM& t, const std::filesystem::path& small_dir, const model::pipeline_options& options,
+            const std::vector<plain_run>& runs)
       : target(t),
-        twin(target_dir, options),
+        twin(t.weights(), options),
         small(small_dir, options),
-        medusa(target_dir, 4, 0.05f, 5),
+        medusa(target_dir(), 4, 0.05f, 5),
         right{sequences_of(runs), false},
         wrong{sequences_of(runs), true},
         right_head(runs, false),

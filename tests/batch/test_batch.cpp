@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "npullm/batch/scorer.hpp"
@@ -21,6 +22,12 @@ namespace fs = std::filesystem;
 
 const fs::path& tiny_dir() {
   return npullm::testing::generated_model("tiny", 5);
+}
+
+// Loaded once: every pipeline of this program shares these weights.
+const std::shared_ptr<const model::model_weights<float>>& tiny_weights() {
+  static const auto w = model::model_weights<float>::load(tiny_dir());
+  return w;
 }
 
 using lm_t = model::causal_lm<
@@ -134,13 +141,13 @@ std::vector<std::int32_t> ragged_ids(std::size_t n, std::size_t len,
 }
 
 TEST(BatchUnroll, EqualsEachRowAloneBitForBit) {
-  lm_t lm(tiny_dir(), {.max_sequence = 64});
+  lm_t lm(tiny_weights(), {.max_sequence = 64});
   std::vector<std::int32_t> mask;
   const auto ids = ragged_ids(5, 20, mask);
   batch_unroll<lm_t> unroll(lm);
   const dense_view<const std::int32_t, 2> iv(ids.data(), 5, 20), mv(mask.data(), 5, 20);
   const auto out = unroll.run({iv, mv}, {.logits = true, .hidden = pooling::mean});
-  lm_t alone(tiny_dir(), {.max_sequence = 64});
+  lm_t alone(tiny_weights(), {.max_sequence = 64});
   const auto rows = resolve_rows({iv, mv});
   for (std::size_t r = 0; r < 5; ++r) {
     alone.reset();
@@ -159,7 +166,7 @@ TEST(BatchUnroll, EqualsEachRowAloneBitForBit) {
 }
 
 TEST(BatchUnroll, AnErrorNamesTheRowAndLeavesThePipelineUsable) {
-  lm_t lm(tiny_dir(), {.max_sequence = 64, .prefill = model::prefill_mode::static_prompt(16)});
+  lm_t lm(tiny_weights(), {.max_sequence = 64, .prefill = model::prefill_mode::static_prompt(16)});
   std::vector<std::int32_t> ids(3 * 20, 7), mask(3 * 20, 1);
   for (std::size_t c = 0; c < 10; ++c) mask[c] = 0;       // row 0: 10 tokens
   for (std::size_t c = 0; c < 10; ++c) mask[40 + c] = 0;  // row 2: 10 tokens; row 1: 20 > 16
@@ -183,7 +190,7 @@ TEST(BatchUnroll, AnErrorNamesTheRowAndLeavesThePipelineUsable) {
 }
 
 TEST(BatchedScorer, SameScoresAsUnroll) {
-  lm_t lm(tiny_dir(), {.max_sequence = 64});
+  lm_t lm(tiny_weights(), {.max_sequence = 64});
   std::vector<std::int32_t> mask;
   const auto ids = ragged_ids(9, 30, mask);
   const dense_view<const std::int32_t, 2> iv(ids.data(), 9, 30), mv(mask.data(), 9, 30);
@@ -192,7 +199,7 @@ TEST(BatchedScorer, SameScoresAsUnroll) {
   batched_scorer<lm_t> scorer(lm);
   const auto packed = scorer.score({iv, mv});  // 9 rows in several packed passes (64 rows each)
   EXPECT_EQ(lm.length(), 3u);
-  lm_t other(tiny_dir(), {.max_sequence = 64});
+  lm_t other(tiny_weights(), {.max_sequence = 64});
   batch_unroll<lm_t> unroll(other);
   const auto unrolled = unroll.score({iv, mv});
   double diff = 0;
@@ -200,7 +207,7 @@ TEST(BatchedScorer, SameScoresAsUnroll) {
     diff = std::max<double>(diff, std::fabs(packed.data()[i] - unrolled.data()[i]));
   EXPECT_LE(diff, 1e-5);
   // The sequence it left alone continues as if nothing happened.
-  lm_t fresh(tiny_dir(), {.max_sequence = 64});
+  lm_t fresh(tiny_weights(), {.max_sequence = 64});
   fresh.prefill(first);
   const std::array<std::int32_t, 1> next{9};
   const auto a = lm.decode(next), b = fresh.decode(next);

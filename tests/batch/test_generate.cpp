@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "npullm/batch/generate.hpp"
@@ -23,6 +24,12 @@ namespace fs = std::filesystem;
 
 const fs::path& tiny_dir() {
   return npullm::testing::generated_model("tiny", 11);
+}
+
+// Loaded once: every pipeline of this program shares these weights.
+const std::shared_ptr<const model::model_weights<float>>& tiny_weights() {
+  static const auto w = model::model_weights<float>::load(tiny_dir());
+  return w;
 }
 
 using lm_t = model::causal_lm<
@@ -44,7 +51,7 @@ std::vector<std::int32_t> prompt(std::size_t n, std::uint32_t seed) {
 
 // The tokens one request gets when it runs alone.
 std::vector<std::int32_t> alone(const request& r) {
-  lm_t lm(tiny_dir(), {.max_sequence = 512});
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
   generator<lm_t> g(lm, {.max_batch = 1, .prefix_cache = false});
   const auto id = g.submit(r);
   g.run();
@@ -66,7 +73,7 @@ std::vector<request> ragged_requests(bool sampled) {
 }
 
 void expect_batch_equals_alone(bool sampled) {
-  lm_t lm(tiny_dir(), {.max_sequence = 512, .kv_capacity = 4096});
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 4096});
   generator<lm_t> g(lm, {.max_batch = 8});
   const auto rs = ragged_requests(sampled);
   std::vector<std::size_t> ids;
@@ -96,7 +103,7 @@ TEST(Generator, StopTokensMaxTokensAndStreaming) {
   r.stop = {free_run[4]};  // stops where that token first appears
   const auto stopped_at = static_cast<std::size_t>(
       std::find(free_run.begin(), free_run.end(), free_run[4]) - free_run.begin());
-  lm_t lm(tiny_dir(), {.max_sequence = 512});
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
   generator<lm_t> g(lm);
   const auto id = g.submit(r);
   std::vector<std::int32_t> streamed;
@@ -115,7 +122,7 @@ TEST(Generator, StopTokensMaxTokensAndStreaming) {
 }
 
 TEST(Generator, ARequestJoiningMidFlight) {
-  lm_t lm(tiny_dir(), {.max_sequence = 512, .kv_capacity = 2048});
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 2048});
   generator<lm_t> g(lm);
   const auto rs = ragged_requests(false);
   const auto a = g.submit(rs[1]);
@@ -131,7 +138,7 @@ TEST(Generator, ARequestJoiningMidFlight) {
 
 TEST(Generator, PreemptionUnderASmallPoolChangesNothing) {
   // 40 blocks of 8 tokens: not enough for 6 requests of ~60 tokens plus their growth at once.
-  lm_t lm(tiny_dir(), {.max_sequence = 256, .kv_capacity = 320});
+  lm_t lm(tiny_weights(), {.max_sequence = 256, .kv_capacity = 320});
   generator<lm_t> g(lm, {.max_batch = 6, .prefix_cache = false});
   std::vector<request> rs;
   for (std::size_t i = 0; i < 6; ++i) {
@@ -152,7 +159,7 @@ TEST(Generator, PreemptionUnderASmallPoolChangesNothing) {
 }
 
 TEST(Generator, PrefixReuseComputesOnlyTheNewTokens) {
-  lm_t lm(tiny_dir(), {.max_sequence = 512});
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
   generator<lm_t> g(lm);
   request first;
   first.prompt = prompt(40, 7);  // 5 full blocks of 8
@@ -170,7 +177,7 @@ TEST(Generator, PrefixReuseComputesOnlyTheNewTokens) {
 }
 
 TEST(Generator, BadRequestsAreRejected) {
-  lm_t lm(tiny_dir(), {.max_sequence = 64});
+  lm_t lm(tiny_weights(), {.max_sequence = 64});
   generator<lm_t> g(lm);
   auto expect_reject = [&](request r, const std::string& fragment,
                            error_code code = error_code::invalid_argument) {

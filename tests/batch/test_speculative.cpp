@@ -52,7 +52,7 @@ std::vector<std::int32_t> prompt() {
 
 const plain_run& expected() {
   static const plain_run r = [] {
-    lm_t plain(target_dir(), {.max_sequence = 128});
+    lm_t plain(target_weights(), {.max_sequence = 128});
     return plain_greedy(plain, prompt(), new_tokens);
   }();
   return r;
@@ -61,12 +61,15 @@ const plain_run& expected() {
 // Every kind of draft over a target.
 struct drafts : npullm::testing::draft_set<lm_t> {
   explicit drafts(lm_t& t)
-      : draft_set(t, target_dir(), other_dir(1, 512, 99), {.max_sequence = 128}, {expected()}) {}
+      : draft_set(t, other_dir(1, 512, 99), {.max_sequence = 128}, {expected()}) {}
 };
 
 TEST(Speculative, GreedyEqualsPlainForEveryDraftKind) {
-  lm_t target(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  lm_t target(target_weights(), {.max_sequence = 128, .decode_rows = 8});
   drafts all(target);
+  // The twin draft runs over the target's weights, not a copy of them.
+  EXPECT_EQ(all.twin.weights().get(), target.weights().get());
+  EXPECT_EQ(target.weights().get(), target_weights().get());
   const auto p = prompt();
   for (std::size_t k = 1; k <= 4; ++k) {
     all.each([&](const char* name, auto& draft, acceptance a) {
@@ -93,10 +96,10 @@ TEST(Speculative, GreedyEqualsPlainForEveryDraftKind) {
 }
 
 TEST(Speculative, KvAfterRollbackEqualsPlainForEveryDraftKind) {
-  lm_t plain(target_dir(), {.max_sequence = 128});
+  lm_t plain(target_weights(), {.max_sequence = 128});
   const auto p = prompt();
   plain_greedy(plain, p, new_tokens);
-  lm_t target(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  lm_t target(target_weights(), {.max_sequence = 128, .decode_rows = 8});
   drafts all(target);
   for (std::size_t k : {2u, 4u}) {
     all.each([&](const char* name, auto& draft, acceptance) {
@@ -146,7 +149,7 @@ std::vector<std::size_t> first_rows(std::size_t n) {
 }
 
 TEST(Speculative, EachPassComputesOnlyTheRowsTheDraftNeeds) {
-  lm_t lm(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  lm_t lm(target_weights(), {.max_sequence = 128, .decode_rows = 8});
   const auto p = prompt();
   const std::size_t last = p.size() - 1;
   {  // A second model: the prompt's last logits row; verify passes: logits for every row.
@@ -201,7 +204,7 @@ TEST(Speculative, EachPassComputesOnlyTheRowsTheDraftNeeds) {
 // after those layers (a Medusa head with w = 0 is exactly that map), and the K/V it writes for
 // the layers it ran equal the full pass's (what self-speculation relies on).
 TEST(Speculative, EarlyExitThroughTheFirstLayers) {
-  lm_t full(target_dir(), {.max_sequence = 64}), early(target_dir(), {.max_sequence = 64});
+  lm_t full(target_weights(), {.max_sequence = 64}), early(target_weights(), {.max_sequence = 64});
   medusa_fixture m(target_dir(), 1, 0.0f, 1);  // w = 0
   const auto p = prompt();
   full.prefill(p);
@@ -235,7 +238,7 @@ TEST(Speculative, EarlyExitThroughTheFirstLayers) {
 TEST(Speculative, MultiRowStepsSeeTheKvAtTheCachePrecision) {
   using bf16_kv_lm = model::causal_lm<
       model::pipeline_config<model::contiguous_kv<bfloat16>, model::dynamic_attention<>, float>>;
-  bf16_kv_lm lm(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  bf16_kv_lm lm(target_weights(), {.max_sequence = 128, .decode_rows = 8});
   const auto p = prompt();
   // One-row steps: the greedy tokens and each step's logits.
   std::vector<std::int32_t> tokens{greedy_token(lm.prefill(p).logits_of(p.size() - 1))};
@@ -271,7 +274,7 @@ TEST(Speculative, MultiRowStepsSeeTheKvAtTheCachePrecision) {
 }
 
 TEST(Speculative, BadArgumentsLeaveTheTargetAsItWas) {
-  lm_t target(target_dir(), {.max_sequence = 64, .decode_rows = 4});
+  lm_t target(target_weights(), {.max_sequence = 64, .decode_rows = 4});
   const auto p = prompt();
   target.prefill(std::vector<std::int32_t>{1, 2, 3});
   oracle_draft d{{expected().sequence()}, false};
@@ -390,7 +393,7 @@ TEST(Sampler, DistributionMatchesSampling) {
 }
 
 TEST(Speculative, SampledWithEveryDraftKind) {
-  lm_t target(target_dir(), {.max_sequence = 128, .decode_rows = 8});
+  lm_t target(target_weights(), {.max_sequence = 128, .decode_rows = 8});
   drafts all(target);
   const auto p = prompt();
   const sampler_config cfg{.temperature = 0.8f, .top_k = 50};

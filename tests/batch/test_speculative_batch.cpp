@@ -71,10 +71,10 @@ struct reference {
   std::vector<plain_run> alone;
   std::vector<std::vector<std::int32_t>> sequences;
   reference() {
-    block_lm lm(target_dir(), {.max_sequence = 256, .kv_capacity = 2048});
+    block_lm lm(target_weights(), {.max_sequence = 256, .kv_capacity = 2048});
     generator<block_lm> g(lm, {.max_batch = 6});
     batched = run(g, requests);
-    contiguous_lm flat(target_dir(), {.max_sequence = 256});
+    contiguous_lm flat(target_weights(), {.max_sequence = 256});
     for (const auto& r : requests) {
       alone.push_back(plain_greedy(flat, r.prompt, r.max_new_tokens));
       sequences.push_back(alone.back().sequence());
@@ -93,8 +93,8 @@ TEST(SpeculativeGenerator, GreedyEqualsPlainBatchForEveryDraftKind) {
     return t;
   }());
   const model::pipeline_options options{.max_sequence = 256, .kv_capacity = 2048};
-  block_lm lm(target_dir(), options);
-  draft_set<block_lm> all(lm, target_dir(), one_layer_dir(), options, ref().alone);
+  block_lm lm(target_weights(), options);
+  draft_set<block_lm> all(lm, one_layer_dir(), options, ref().alone);
   for (std::size_t k = 1; k <= 4; ++k) {
     all.each([&](const char* name, auto& draft, acceptance a) {
       generator<block_lm, std::remove_reference_t<decltype(draft)>> g(
@@ -122,10 +122,10 @@ TEST(SpeculativeGenerator, GreedyEqualsPlainBatchForEveryDraftKind) {
 // tokens (prompt + output but the last) and their K/V are plain decoding's; a follow-up prompt
 // that extends a finished conversation reuses them and decodes as it would alone.
 TEST(SpeculativeGenerator, OnlyVerifiedKvReachesThePrefixCache) {
-  block_lm lm(target_dir(), {.max_sequence = 256, .kv_capacity = 2048});
+  block_lm lm(target_weights(), {.max_sequence = 256, .kv_capacity = 2048});
   self_draft<block_lm> self(lm, 1);
   oracle_draft wrong{ref().sequences, true};
-  contiguous_lm flat(target_dir(), {.max_sequence = 256});
+  contiguous_lm flat(target_weights(), {.max_sequence = 256});
   auto check = [&](auto& draft, const char* name) {
     generator<block_lm, std::remove_reference_t<decltype(draft)>> g(
         lm, draft, {.max_batch = 6, .draft_tokens = 3});
@@ -166,7 +166,7 @@ TEST(SpeculativeGenerator, OnlyVerifiedKvReachesThePrefixCache) {
     const auto id = g.submit(next);
     g.run();
     EXPECT_EQ(g.stats().reused_tokens - reused, 48u) << name;  // 6 of the 51 verified: blocks
-    block_lm alone_lm(target_dir(), {.max_sequence = 256});
+    block_lm alone_lm(target_weights(), {.max_sequence = 256});
     generator<block_lm> alone(alone_lm, {.max_batch = 1, .prefix_cache = false});
     EXPECT_EQ(g.result(id).tokens, run(alone, {next})[0]) << name;
   };
@@ -182,11 +182,11 @@ TEST(SpeculativeGenerator, PreemptionUnderASmallPoolChangesNothing) {
     r.max_new_tokens = 20;
     rs.push_back(r);
   }
-  block_lm big(target_dir(), {.max_sequence = 256, .kv_capacity = 4096});
+  block_lm big(target_weights(), {.max_sequence = 256, .kv_capacity = 4096});
   generator<block_lm> plain(big, {.max_batch = 6});
   const auto expected = run(plain, rs);
   // 36 blocks of 8: 5 of the 50-token prompts fill 35 of them before any growth.
-  block_lm lm(target_dir(), {.max_sequence = 256, .kv_capacity = 288});
+  block_lm lm(target_weights(), {.max_sequence = 256, .kv_capacity = 288});
   block_lm small(one_layer_dir(), {.max_sequence = 256, .kv_capacity = 288});
   self_draft<block_lm> self(lm, 1);
   model_draft<block_lm> other(small);
@@ -203,7 +203,7 @@ TEST(SpeculativeGenerator, PreemptionUnderASmallPoolChangesNothing) {
 }
 
 TEST(SpeculativeGenerator, SampledRequestsBesideGreedyOnes) {
-  block_lm lm(target_dir(), {.max_sequence = 256, .kv_capacity = 2048});
+  block_lm lm(target_weights(), {.max_sequence = 256, .kv_capacity = 2048});
   self_draft<block_lm> self(lm, 2);  // proposes from the target's own distribution
   auto rs = ref().requests;
   for (std::size_t i = 1; i < rs.size(); i += 2) {
@@ -223,7 +223,7 @@ TEST(SpeculativeGenerator, SampledRequestsBesideGreedyOnes) {
 }
 
 TEST(SpeculativeGenerator, BadOptionsAndDraftsAreRefused) {
-  block_lm lm(target_dir(), {.max_sequence = 64});
+  block_lm lm(target_weights(), {.max_sequence = 64});
   self_draft<block_lm> self(lm, 1);
   using spec_t = generator<block_lm, self_draft<block_lm>>;
   expect_error([&] { spec_t(lm, self, {.draft_tokens = 0}); }, error_code::invalid_argument,
