@@ -552,7 +552,7 @@ inline model_config parse_config(std::string_view text, std::string_view name) {
   detail::parse_rope(r, rope_parameters ? rope_parameters : rope_scaling,
                      rope_parameters ? "rope_parameters" : "rope_scaling", c, top_original);
   try {
-    ops::validate(c.rope_scaling, c.rotary_dim());
+    ops::validate_rope_scaling(c.rope_scaling, c.rotary_dim());
   } catch (const error& e) {
     r.corrupt(e.message());
   }
