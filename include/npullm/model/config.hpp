@@ -536,8 +536,14 @@ inline model_config parse_config(std::string_view text, std::string_view name) {
   if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta))
     r.corrupt("rope_theta must be > 1, got ", c.rope_theta);
   c.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);
-  if (const auto* v = inner("partial_rotary_factor"))
-    c.partial_rotary_factor = r.as_number(*v, "rope_parameters.partial_rotary_factor");
+  if (const auto* v = inner("partial_rotary_factor")) {
+    const double p = r.as_number(*v, "rope_parameters.partial_rotary_factor");
+    if (r.present("partial_rotary_factor") && p != c.partial_rotary_factor) {
+      r.refuse("partial_rotary_factor ", c.partial_rotary_factor,
+               " and rope_parameters.partial_rotary_factor ", p);
+    }
+    c.partial_rotary_factor = p;
+  }
   if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1))
     r.corrupt("partial_rotary_factor must be in (0, 1], got ", c.partial_rotary_factor);
   if (c.partial_rotary_factor != 1 && !phi3) {
@@ -552,7 +558,7 @@ inline model_config parse_config(std::string_view text, std::string_view name) {
   detail::parse_rope(r, rope_parameters ? rope_parameters : rope_scaling,
                      rope_parameters ? "rope_parameters" : "rope_scaling", c, top_original);
   try {
-    ops::validate(c.rope_scaling, c.rotary_dim());
+    ops::validate_rope_scaling(c.rope_scaling, c.rotary_dim());
   } catch (const error& e) {
     r.corrupt(e.message());
   }

@@ -105,7 +105,7 @@ inline double yarn_mscale(double s, double k) noexcept {
 }  // namespace detail
 
 // Raises invalid_argument naming the first value that the kind cannot use.
-inline void validate(const rope_scaling& s, std::size_t rotary_dim) {
+inline void validate_rope_scaling(const rope_scaling& s, std::size_t rotary_dim) {
   const auto kind = to_string(s.kind);
   auto bad = [&](const char* what, auto value) {
     raise(error_code::invalid_argument, "rope_scaling ", kind, ": ", what, " ", value);
@@ -173,7 +173,7 @@ class rope_table {
       raise(error_code::invalid_argument, "rope_table: rotary_dim ", rotary_dim,
             " must be even, > 0 and <= head_dim ", head_dim);
     }
-    validate(scaling, rotary_dim);
+    validate_rope_scaling(scaling, rotary_dim);
     inv_freq_ = frequencies(theta, scaling);
     const std::size_t half = rotary_dim / 2;
     cos_.resize(max_positions * half);
