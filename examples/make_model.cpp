@@ -1,6 +1,6 @@
 // npullm_make_model: writes a generated Hugging Face style model directory.
 //   npullm_make_model <preset> <dir> [f32|f16|bf16] [seed]
-// presets: tiny, tiny-llama, qwen2-0.5b (see include/npullm/model/synthetic.hpp).
+// presets: see include/npullm/model/synthetic.hpp (tiny and real-shaped, every family).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +10,10 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <tiny|tiny-llama|qwen2-0.5b> <dir> [f32|f16|bf16] [seed]\n",
+    std::fprintf(stderr,
+                 "usage: %s <preset> <dir> [f32|f16|bf16] [seed]\n"
+                 "presets: tiny tiny-llama tiny-llama3 tiny-qwen3 tiny-mistral tiny-phi3 "
+                 "tiny-gemma2 qwen2-0.5b llama-3.2-1b qwen3-0.6b gemma-2-2b\n",
                  argv[0]);
     return 2;
   }

@@ -30,6 +30,7 @@
 
 #include "npullm/ops/argmax.hpp"
 #include "npullm/ops/gather.hpp"
+#include "npullm/ops/gelu_mul.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/rms_norm.hpp"
 #include "npullm/ops/rope.hpp"

@@ -59,6 +59,7 @@
 #include "npullm/model/weights.hpp"
 #include "npullm/npu/host.hpp"
 #include "npullm/ops/gather.hpp"
+#include "npullm/ops/gelu_mul.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/rms_norm.hpp"
 #include "npullm/ops/rope.hpp"
@@ -107,13 +108,13 @@ class causal_lm {
         config_(host_weights_->config()),
         options_(options),
         backend_(std::move(backend)),
-        rope_(config_.head_dim, config_.rope_theta,
-              std::max(options.max_sequence, options.prefill.size) + 1) {
+        rope_(make_rope_table(config_, std::max(options.max_sequence, options.prefill.size) + 1)) {
     validate_options();
     if constexpr (backend_type::device_memory) {
-      weights_ = host_weights_->copied_into(backend_);
+      device_weights_ = host_weights_->copied_into(backend_);
+      weights_ = device_weights_.get();
     } else {
-      weights_ = host_weights_;
+      weights_ = host_weights_.get();
     }
     pack_weights();
     create_kv();
@@ -123,10 +124,22 @@ class causal_lm {
     const body_fn body = [this](const body_closure& c) { run_layer(c); };
     head_ = backend_.compile("head", {{0, config_.hidden_size}, false},
                              head_fn([this](const step_state& s) { run_head(s); }));
-    body_prefill_ = backend_.compile(
-        "body/prefill", {{prefill_rows_, config_.hidden_size}, static_prefill()}, body);
-    body_decode_ = backend_.compile("body/decode",
-                                    {{options_.decode_rows, config_.hidden_size}, pyramid}, body);
+    // One body per distinct layer kind (full attention, or a window of W keys: Gemma 2
+    // alternates two), each compiled for the prefill and the decode shape and invoked per layer
+    // with that layer's weights.
+    for (std::size_t l = 0; l < config_.num_hidden_layers; ++l) {
+      const std::size_t w = config_.window(l);
+      const auto it = std::find(kind_windows_.begin(), kind_windows_.end(), w);
+      layer_kind_.push_back(static_cast<std::size_t>(it - kind_windows_.begin()));
+      if (it == kind_windows_.end()) kind_windows_.push_back(w);
+    }
+    for (const std::size_t w : kind_windows_) {
+      const std::string kind = w == 0 ? "" : "/window" + std::to_string(w);
+      body_prefill_.push_back(backend_.compile(
+          "body/prefill" + kind, {{prefill_rows_, config_.hidden_size}, static_prefill()}, body));
+      body_decode_.push_back(backend_.compile(
+          "body/decode" + kind, {{options_.decode_rows, config_.hidden_size}, pyramid}, body));
+    }
     tail_ = backend_.compile("tail", {{0, config_.vocab_size}, false},
                              tail_fn([this](const tail_closure& t) { run_tail(t); }));
   }
@@ -213,8 +226,8 @@ class causal_lm {
       st.s = {ids.size(), 0};
       backend_.execute(head_, st, -1, head_args_);
       for (std::size_t l = 0; l < layers_.size(); ++l) {
-        backend_.execute(body_prefill_, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
-                         layer_args_[l]);
+        backend_.execute(body_prefill_[layer_kind_[l]], body_closure{l, &st},
+                         static_cast<std::ptrdiff_t>(l), layer_args_[l]);
       }
       std::vector<std::size_t> rows_last;
       for (const segment& g : st.packed) rows_last.push_back(g.begin + g.rows - 1);
@@ -295,8 +308,9 @@ class causal_lm {
     st.ids = ids;
     backend_.execute(head_, st, -1, head_args_);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
-      backend_.execute(total <= options_.decode_rows ? body_decode_ : body_prefill_,
-                       body_closure{l, &st}, static_cast<std::ptrdiff_t>(l), layer_args_[l]);
+      const auto& bodies = total <= options_.decode_rows ? body_decode_ : body_prefill_;
+      backend_.execute(bodies[layer_kind_[l]], body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
+                       layer_args_[l]);
     }
     for (std::size_t i = 0; i < out.hidden_rows.size(); ++i) {  // pre-norm, as they are
       std::copy_n(&act_.x.view()(out.hidden_rows[i], 0), config_.hidden_size, &out.hidden.view()(i, 0));
@@ -408,6 +422,18 @@ class causal_lm {
     if (config_.head_dim % simd::lanes != 0) {
       raise(error_code::unsupported, "causal_lm: head_dim ", config_.head_dim,
             " is not a multiple of ", simd::lanes);
+    }
+    // What the family asks that this pipeline does not do (config.hpp reads it all).
+    if (config_.attn_logit_softcapping > 0) {
+      raise(error_code::unsupported, "causal_lm: attn_logit_softcapping ",
+            config_.attn_logit_softcapping, " (", to_string(config_.family),
+            ") is not implemented by the flash kernel");
+    }
+    const bool windowed = std::any_of(config_.layer_windows.begin(), config_.layer_windows.end(),
+                                      [](std::size_t w) { return w != 0; });
+    if (pyramid && windowed) {
+      raise(error_code::unsupported, "causal_lm: pyramid attention with sliding-window layers (",
+            to_string(config_.family), ")");
     }
     if constexpr (pyramid) {
       if (m.mode == prefill_mode::kind::static_shape) {
@@ -560,7 +586,7 @@ class causal_lm {
 
   template <class Body>
   void run_step(std::span<const std::int32_t> ids, std::size_t token_offset, slots s,
-                const Body& body, step_output& out, std::size_t layers = all_layers) {
+                const Body& bodies, step_output& out, std::size_t layers = all_layers) {
     const std::size_t n = ids.size();
     check_capacity(n);
     step_state st{ids, length(), s, std::vector<std::int64_t>(s.rows, 0), nullptr};
@@ -610,7 +636,8 @@ class causal_lm {
     backend_.execute(head_, st, -1, head_args_);
     lap(timings_.head);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
-      backend_.execute(body, body_closure{l, &st}, static_cast<std::ptrdiff_t>(l), layer_args_[l]);
+      backend_.execute(bodies[layer_kind_[l]], body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
+                       layer_args_[l]);
     }
     lap(timings_.body);
 
@@ -654,7 +681,24 @@ class causal_lm {
   void run_head(const step_state& st) {
     auto x = rows(act_.x.view(), 0, st.s.rows);
     std::fill_n(x.data_handle(), x.size(), 0.0f);
-    ops::gather<W>(st.ids, weights_->embed, rows(act_.x.view(), st.s.first, st.s.first + st.ids.size()));
+    const auto real = rows(act_.x.view(), st.s.first, st.s.first + st.ids.size());
+    ops::gather<W>(st.ids, weights_->embed, real);
+    if (config_.embedding_scale != 1.0) {  // Gemma 2: embeddings times sqrt(hidden)
+      const float scale = static_cast<float>(config_.embedding_scale);
+      for (std::size_t i = 0; i < real.size(); ++i) real.data_handle()[i] *= scale;
+    }
+  }
+
+  // The mask of a layer's step whose first query is at position `past`: causal, within the
+  // layer's window when it has one. Full attention is the window no key can fall out of (the
+  // same classification and the same visible keys as attention::causal, one flash
+  // instantiation for both kinds of layer).
+  attention::sliding_window layer_mask(std::size_t layer, std::size_t past) const noexcept {
+    const std::size_t w = config_.window(layer);
+    return attention::sliding_window{w != 0 ? w : kv_capacity_positions() + 1, past};
+  }
+  std::size_t kv_capacity_positions() const noexcept {
+    return std::max(options_.max_sequence, options_.prefill.size) + options_.decode_rows;
   }
 
   // Tokens [0, past) of one layer as tiles of the cache: what a step attends to before its own.
@@ -705,14 +749,14 @@ class causal_lm {
         if (g.table == nullptr) {  // an independent sequence: its own K/V only, causal
           const kv::kv_tile<float> present{kh, vh, 0};
           attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(), &present,
-                                            attention::causal{0}, policy);
+                                            layer_mask(c.layer, 0), policy);
           return;
         }
         if constexpr (blocks) {  // one of several sequences: its own blocks, then its K/V join them
           const kv::kv_tile<float> present{kh, vh, g.past};
           const auto past = past_tiles(c.layer, g.past, g.table);
           attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
-                                            attention::causal{g.past}, policy);
+                                            layer_mask(c.layer, g.past), policy);
           write_kv(*g.table, c.layer, g.past, kh, vh, 0, g.rows);
         }
         return;
@@ -726,12 +770,12 @@ class causal_lm {
       } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
         attention::flash_attention<tiles>(
             io, std::span<const kv::kv_tile<KvT>>(past), &present,
-            attention::all_of<attention::causal, attention::padding>{
-                attention::causal{st.past}, attention::padding::left(st.s.first, S)},
+            attention::all_of<attention::sliding_window, attention::padding>{
+                layer_mask(c.layer, st.past), attention::padding::left(st.s.first, S)},
             policy);
       } else {
         attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
-                                          attention::causal{st.past}, policy);
+                                          layer_mask(c.layer, st.past), policy);
       }
       // The step's real K/V join the cache.
       if constexpr (blocks) {
@@ -776,13 +820,19 @@ class causal_lm {
     auto sel = rows(act_.h.view(), 0, m);
     for (std::size_t i = 0; i < m; ++i)
       std::copy_n(&act_.x.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
-    ops::rms_norm<W>(sel, weights_->final_norm, static_cast<float>(cfg.rms_norm_eps), sel);
+    ops::rms_norm<W>(sel, weights_->final_norm, static_cast<float>(cfg.rms_norm_eps), sel,
+                     cfg.norm_unit_offset ? 1.0f : 0.0f);
     ops::linear<W>(sel, weights_->lm_head, out, {}, pool_policy{options_.pool});
+    if (cfg.final_logit_softcapping > 0) {  // Gemma 2: logits = c tanh(logits / c)
+      ops::softcap(std::span<float>(out.data_handle(), out.size()),
+                   static_cast<float>(cfg.final_logit_softcapping));
+    }
   }
 
   std::shared_ptr<const model_weights<W>> host_weights_;  // as given (shared)
   model_config config_;
-  std::shared_ptr<const model_weights<W>> weights_;  // what runs: host_weights_ or a device copy
+  std::shared_ptr<const model_weights<W>> device_weights_;  // device_memory backends: a copy
+  const model_weights<W>* weights_ = nullptr;  // what runs: *host_weights_ or the device copy
   std::vector<layer_weights<W>> layers_;              // weights_'s, with this pipeline's packing
   std::vector<ops::packed_weights<W>> packed_;        // packed projections (reserved: no moves)
   pipeline_options options_;
@@ -805,7 +855,10 @@ class causal_lm {
   using body_fn = std::function<void(const body_closure&)>;
   using tail_fn = std::function<void(const tail_closure&)>;
   typename backend_type::template function<head_fn> head_;
-  typename backend_type::template function<body_fn> body_prefill_, body_decode_;
+  // Per layer kind (kind_windows_[k]: 0 = full attention, else the window); layer l runs kind
+  // layer_kind_[l].
+  std::vector<typename backend_type::template function<body_fn>> body_prefill_, body_decode_;
+  std::vector<std::size_t> kind_windows_, layer_kind_;
   typename backend_type::template function<tail_fn> tail_;
   timings timings_;
 };

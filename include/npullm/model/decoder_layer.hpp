@@ -1,10 +1,15 @@
-// decoder_layer: one Qwen2 / Llama decoder layer over a step's rows, as a free function of its
-// weights, the activations and an attention callable.
+// decoder_layer: one decoder layer of any supported family over a step's rows, as a free
+// function of its weights, the activations and an attention callable.
 //
-//   h = rms_norm(x);  q, k, v = h W_q (+ b_q), h W_k (+ b_k), h W_v (+ b_v);  rope(q, k)
+//   h = rms_norm(x);  q, k, v = h W_q (+ b_q), h W_k (+ b_k), h W_v (+ b_v)
+//   q, k = rms_norm per head (Qwen 3's q_norm / k_norm);  rope(q, k)
 //   attend(segment, io, kh, vh)        per segment of the rows: attention into io.out, and
 //                                      whatever the caller keeps of the segment's K/V
-//   x += att W_o;  x += down(silu(rms_norm(x) W_gate) * rms_norm(x) W_up)
+//   a = att W_o (+ b_o);  a = rms_norm(a) (Gemma 2's sandwich);  x += a
+//   m = down(act(rms_norm(x) W_gate) * rms_norm(x) W_up);  m = rms_norm(m) (Gemma 2);  x += m
+//
+// act is silu or gelu_tanh (config.hidden_act); every rms_norm scales by (1 + w) where the
+// family says so (Gemma 2); the attention scale is config.attention_scale().
 //
 // The rows form one segment unless the step packs independent sequences. q is handed over
 // head-major (heads, rows, head_dim); the segment's own K/V (kv_heads, rows, head_dim) are
@@ -27,6 +32,7 @@
 #include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/weights.hpp"
+#include "npullm/ops/gelu_mul.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/rms_norm.hpp"
 #include "npullm/ops/rope.hpp"
@@ -56,15 +62,24 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   auto k = rows(a.k.view(), 0, S);  // (S, kv_size)
   auto v = rows(a.v.view(), 0, S);  // (S, kv_size)
 
-  ops::rms_norm<W>(x, w.input_norm, static_cast<float>(cfg.rms_norm_eps), h);
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  const float norm_offset = cfg.norm_unit_offset ? 1.0f : 0.0f;
+  auto norm = [&](dense_view<const float, 2> in, const dense_view<const W, 1>& weight,
+                  dense_view<float, 2> out) { ops::rms_norm<W>(in, weight, eps, out, norm_offset); };
+  norm(x, w.input_norm, h);
   project(h, w.q, q, w.q_bias, policy);
   project(h, w.k, k, w.k_bias, policy);
   project(h, w.v, v, w.v_bias, policy);
+  if (w.q_norm.data_handle() != nullptr) {  // per head: (S * heads, D) rows
+    const dense_view<float, 2> qr(q.data_handle(), S * hq, D), kr(k.data_handle(), S * hkv, D);
+    norm(qr, w.q_norm, qr);
+    norm(kr, w.k_norm, kr);
+  }
   ops::apply_rope(dense_view<float, 3>(q.data_handle(), S, hq, D), positions, rope);
   ops::apply_rope(dense_view<float, 3>(k.data_handle(), S, hkv, D), positions, rope);
 
   // Head-major copies, one contiguous block per segment.
-  const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = static_cast<float>(cfg.attention_scale());
   for (const Segment& g : segments) {
     const dense_view<float, 3> qh(a.qh.data() + g.begin * hq * D, hq, g.rows, D);    // (hq, rows, D)
     const dense_view<float, 3> kh(a.kh.data() + g.begin * hkv * D, hkv, g.rows, D);  // (hkv, rows, D)
@@ -88,7 +103,7 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
         }
       }
     }
-    attend(g, attention::attention_io{qh, att, {}, inv_sqrt_d}, kh, vh);
+    attend(g, attention::attention_io{qh, att, {}, scale}, kh, vh);
   }
   // Back to rows (S, hq * D), then the o projection into h and the residual.
   for (const Segment& g : segments) {
@@ -103,16 +118,22 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
     const float* s = z.data_handle();
     for (std::size_t i = 0; i < y.size(); ++i) p[i] += s[i];
   };
-  project(q, w.o, h, {}, policy);
+  project(q, w.o, h, w.o_bias, policy);
+  if (w.attn_out_norm.data_handle() != nullptr) norm(h, w.attn_out_norm, h);
   add_into(x, h);
   // MLP.
-  ops::rms_norm<W>(x, w.post_norm, static_cast<float>(cfg.rms_norm_eps), h);
+  norm(x, w.post_norm, h);
   auto gt = rows(a.gate.view(), 0, S);  // (S, intermediate)
   auto up = rows(a.up.view(), 0, S);    // (S, intermediate)
   project(h, w.gate, gt, {}, policy);
   project(h, w.up, up, {}, policy);
-  ops::silu_mul(gt, up, gt);
+  if (cfg.hidden_act == activation_kind::gelu_tanh) {
+    ops::gelu_tanh_mul(gt, up, gt);
+  } else {
+    ops::silu_mul(gt, up, gt);
+  }
   project(gt, w.down, h, {}, policy);
+  if (w.mlp_out_norm.data_handle() != nullptr) norm(h, w.mlp_out_norm, h);
   add_into(x, h);
 }
 

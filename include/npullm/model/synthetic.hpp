@@ -2,10 +2,19 @@
 // model.safetensors) with deterministic, seeded random weights, for tests, benchmarks and the
 // demo (no weights are downloaded anywhere in npullm).
 //
-//   preset("tiny")        Qwen2 family, 2 layers, hidden 128, 4/2 heads: ~1.7 MB in f32
-//   preset("tiny-llama")  the same sizes, Llama family (no q/k/v biases, untied head)
-//   preset("qwen2-0.5b")  the real Qwen2-0.5B shapes: 24 layers, hidden 896, 14/2 heads,
-//                         intermediate 4864, vocab 151936, tied embeddings
+//   preset("tiny")          Qwen2 family, 2 layers, hidden 128, 4/2 heads: ~1.7 MB in f32
+//   preset("tiny-llama")    the same sizes, Llama family (no q/k/v biases, untied head)
+//   preset("tiny-llama3")   Llama 3.x: llama3 RoPE scaling (factor 32, original 8192)
+//   preset("tiny-qwen3")    Qwen 3: q/k head norms, head_dim 48 (not hidden / heads), tied
+//   preset("tiny-mistral")  Mistral: a 32-token sliding window on every layer
+//   preset("tiny-phi3")     Phi-3: fused qkv_proj and gate_up_proj, LongRoPE (original 64),
+//                           a 48-token sliding window
+//   preset("tiny-gemma2")   Gemma 2: (1 + w) norms, sandwich norms, GELU-tanh, scaled
+//                           embeddings, query_pre_attn_scalar, final logit soft-capping, a
+//                           32-token window on layers 0, 2, ... (4 layers)
+//   preset("qwen2-0.5b")    the real Qwen2-0.5B shapes: 24 layers, hidden 896, 14/2 heads,
+//                           intermediate 4864, vocab 151936, tied embeddings
+//   preset("llama-3.2-1b"), preset("qwen3-0.6b"), preset("gemma-2-2b"): the real shapes
 //   write_model(dir, spec)
 //
 // Every tensor has its own random stream (seeded by the spec's seed and the tensor's name),
@@ -16,6 +25,7 @@
 // the final norm weight scaled so logits have a standard deviation of about 4.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -76,35 +86,165 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
     c.rope_theta = 1000000.0;
     c.tie_word_embeddings = true;
     c.attention_bias = true;
+  } else if (name.starts_with("tiny-")) {
+    // The tiny sizes in another family.
+    c.hidden_size = 128;
+    c.intermediate_size = 256;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 32;
+    c.vocab_size = 512;
+    c.max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    if (name == "tiny-llama3") {
+      c.family = model_family::llama;
+      c.rope_theta = 500000.0;
+      c.max_position_embeddings = 131072;
+      c.rope_scaling.kind = ops::rope_kind::llama3;
+      c.rope_scaling.factor = 32.0;
+      c.rope_scaling.low_freq_factor = 1.0;
+      c.rope_scaling.high_freq_factor = 4.0;
+      c.rope_scaling.original_max_position_embeddings = 8192;
+      c.tie_word_embeddings = true;
+    } else if (name == "tiny-qwen3") {
+      c.family = model_family::qwen3;
+      c.head_dim = 48;
+      c.rope_theta = 1000000.0;
+      c.qk_norm = true;
+      c.tie_word_embeddings = true;
+    } else if (name == "tiny-mistral") {
+      c.family = model_family::mistral;
+      c.layer_windows.assign(c.num_hidden_layers, 32);
+    } else if (name == "tiny-phi3") {
+      c.family = model_family::phi3;
+      c.rms_norm_eps = 1e-5;
+      c.max_position_embeddings = 4096;
+      c.rope_scaling.kind = ops::rope_kind::longrope;
+      c.rope_scaling.original_max_position_embeddings = 64;
+      for (std::size_t i = 0; i < c.head_dim / 2; ++i) {
+        c.rope_scaling.short_factor.push_back(1.0 + 0.05 * static_cast<double>(i));
+        c.rope_scaling.long_factor.push_back(1.0 + 0.5 * static_cast<double>(i));
+      }
+      c.layer_windows.assign(c.num_hidden_layers, 48);
+    } else if (name == "tiny-gemma2") {
+      c.family = model_family::gemma2;
+      c.num_hidden_layers = 4;
+      c.hidden_act = activation_kind::gelu_tanh;
+      c.tie_word_embeddings = true;
+      c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
+      c.norm_unit_offset = true;
+      c.sandwich_norms = true;
+      c.query_pre_attn_scalar = 48.0;
+      c.final_logit_softcapping = 30.0;
+      c.layer_windows = {32, 0, 32, 0};
+    } else {
+      raise(error_code::invalid_argument, "preset: unknown model preset '", name, "'");
+    }
+    c.attention_bias = false;
+  } else if (name == "llama-3.2-1b") {
+    c.family = model_family::llama;
+    c.hidden_size = 2048;
+    c.intermediate_size = 8192;
+    c.num_hidden_layers = 16;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 64;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 131072;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 500000.0;
+    c.rope_scaling.kind = ops::rope_kind::llama3;
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+    c.tie_word_embeddings = true;
+  } else if (name == "qwen3-0.6b") {
+    c.family = model_family::qwen3;
+    c.hidden_size = 1024;
+    c.intermediate_size = 3072;
+    c.num_hidden_layers = 28;
+    c.num_attention_heads = 16;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 40960;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.qk_norm = true;
+    c.tie_word_embeddings = true;
+  } else if (name == "gemma-2-2b") {
+    c.family = model_family::gemma2;
+    c.hidden_size = 2304;
+    c.intermediate_size = 9216;
+    c.num_hidden_layers = 26;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 4;
+    c.head_dim = 256;
+    c.vocab_size = 256000;
+    c.max_position_embeddings = 8192;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.hidden_act = activation_kind::gelu_tanh;
+    c.tie_word_embeddings = true;
+    c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
+    c.norm_unit_offset = true;
+    c.sandwich_norms = true;
+    c.query_pre_attn_scalar = 256.0;
+    c.attn_logit_softcapping = 50.0;
+    c.final_logit_softcapping = 30.0;
+    c.layer_windows.assign(c.num_hidden_layers, 0);
+    for (std::size_t l = 0; l < c.num_hidden_layers; l += 2) c.layer_windows[l] = 4096;
   } else {
     raise(error_code::invalid_argument, "preset: unknown model preset '", name,
-          "' (tiny, tiny-llama, qwen2-0.5b)");
+          "' (tiny, tiny-llama, tiny-llama3, tiny-qwen3, tiny-mistral, tiny-phi3, tiny-gemma2, "
+          "qwen2-0.5b, llama-3.2-1b, qwen3-0.6b, gemma-2-2b)");
   }
+  if (c.layer_windows.empty()) c.layer_windows.assign(c.num_hidden_layers, 0);
   return s;
 }
 
-// The Hugging Face tensor names and shapes of a Qwen2/Llama decoder, in file order.
+// The Hugging Face tensor names and shapes of a decoder of the config's family, in file order.
 inline std::vector<std::pair<std::string, std::vector<std::size_t>>> tensor_list(
     const model_config& c) {
   std::vector<std::pair<std::string, std::vector<std::size_t>>> t;
-  const std::size_t h = c.hidden_size;
+  const std::size_t h = c.hidden_size, inter = c.intermediate_size;
   t.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
   for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     t.push_back({p + "input_layernorm.weight", {h}});
-    t.push_back({p + "self_attn.q_proj.weight", {c.q_size(), h}});
-    t.push_back({p + "self_attn.k_proj.weight", {c.kv_size(), h}});
-    t.push_back({p + "self_attn.v_proj.weight", {c.kv_size(), h}});
+    if (c.family == model_family::phi3) {
+      t.push_back({p + "self_attn.qkv_proj.weight", {c.q_size() + 2 * c.kv_size(), h}});
+    } else {
+      t.push_back({p + "self_attn.q_proj.weight", {c.q_size(), h}});
+      t.push_back({p + "self_attn.k_proj.weight", {c.kv_size(), h}});
+      t.push_back({p + "self_attn.v_proj.weight", {c.kv_size(), h}});
+    }
     if (c.attention_bias) {
       t.push_back({p + "self_attn.q_proj.bias", {c.q_size()}});
       t.push_back({p + "self_attn.k_proj.bias", {c.kv_size()}});
       t.push_back({p + "self_attn.v_proj.bias", {c.kv_size()}});
     }
+    if (c.qk_norm) {
+      t.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      t.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
     t.push_back({p + "self_attn.o_proj.weight", {h, c.q_size()}});
+    if (c.attention_output_bias) t.push_back({p + "self_attn.o_proj.bias", {h}});
     t.push_back({p + "post_attention_layernorm.weight", {h}});
-    t.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
-    t.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, h}});
-    t.push_back({p + "mlp.down_proj.weight", {h, c.intermediate_size}});
+    if (c.sandwich_norms) {
+      t.push_back({p + "pre_feedforward_layernorm.weight", {h}});
+      t.push_back({p + "post_feedforward_layernorm.weight", {h}});
+    }
+    if (c.family == model_family::phi3) {
+      t.push_back({p + "mlp.gate_up_proj.weight", {2 * inter, h}});
+    } else {
+      t.push_back({p + "mlp.gate_proj.weight", {inter, h}});
+      t.push_back({p + "mlp.up_proj.weight", {inter, h}});
+    }
+    t.push_back({p + "mlp.down_proj.weight", {h, inter}});
   }
   t.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, h}});
@@ -140,12 +280,14 @@ inline std::pair<double, double> init_of(std::string_view name,
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
   constexpr double embed_std = 0.1;
+  // Gemma 2 stores norm weights as w - 1 (it scales by 1 + w).
+  const double offset = c.norm_unit_offset ? 1.0 : 0.0;
   if (name == "model.norm.weight") {
     // Logits = E . (normed h * w): w sets their scale; std(logits) ~ embed_std sqrt(hidden) w.
     const double w = 4.0 / (embed_std * std::sqrt(static_cast<double>(c.hidden_size)));
-    return {w, 0.05 * w};
+    return {w - offset, 0.05 * w};
   }
-  if (ends("layernorm.weight")) return {1.0, 0.05};
+  if (ends("layernorm.weight") || ends("_norm.weight")) return {1.0 - offset, 0.05};
   if (ends(".bias")) return {0.0, 0.02};
   if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return {0.0, embed_std};
   double std = 1.0 / std::sqrt(static_cast<double>(shape.back()));  // fan_in
@@ -176,13 +318,24 @@ void write_values(std::ofstream& out, std::size_t count, double mean, double std
 }  // namespace detail
 
 // Bumped whenever the generator's values change, so cached models are written again.
-inline constexpr int generator_version = 3;
+inline constexpr int generator_version = 4;
 
+// config.json for a config of any family: the keys its HF config class reads, so that
+// parse_config(config_json(c)) gives c back (tested).
 inline nlohmann::json config_json(const model_config& c) {
   nlohmann::json j;
-  const bool qwen = c.family == model_family::qwen2;
-  j["architectures"] = {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = qwen ? "qwen2" : "llama";
+  const auto family = c.family;
+  const char* arch = "Qwen2ForCausalLM";
+  switch (family) {
+    case model_family::qwen2: arch = "Qwen2ForCausalLM"; break;
+    case model_family::llama: arch = "LlamaForCausalLM"; break;
+    case model_family::qwen3: arch = "Qwen3ForCausalLM"; break;
+    case model_family::mistral: arch = "MistralForCausalLM"; break;
+    case model_family::phi3: arch = "Phi3ForCausalLM"; break;
+    case model_family::gemma2: arch = "Gemma2ForCausalLM"; break;
+  }
+  j["architectures"] = {arch};
+  j["model_type"] = std::string(to_string(family));
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
@@ -194,11 +347,59 @@ inline nlohmann::json config_json(const model_config& c) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (!qwen) j["attention_bias"] = c.attention_bias;
+  if (family == model_family::llama || family == model_family::qwen3 ||
+      family == model_family::gemma2) {
+    j["attention_bias"] = c.attention_bias;
+  }
   j["torch_dtype"] = c.torch_dtype == npullm::dtype::f32   ? "float32"
                      : c.torch_dtype == npullm::dtype::f16 ? "float16"
                                                            : "bfloat16";
-  j["hidden_act"] = "silu";
+  j["hidden_act"] = c.hidden_act == activation_kind::gelu_tanh ? "gelu_pytorch_tanh" : "silu";
+  // RoPE scaling.
+  const auto& r = c.rope_scaling;
+  if (r.kind == ops::rope_kind::llama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  } else if (r.kind == ops::rope_kind::longrope) {
+    j["rope_scaling"] = {{"type", "longrope"},
+                         {"short_factor", r.short_factor},
+                         {"long_factor", r.long_factor}};
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  } else if (r.kind != ops::rope_kind::none) {
+    raise(error_code::unsupported, "config_json: rope_scaling ", ops::to_string(r.kind),
+          " is not written by the generator");
+  }
+  // Windows, in the family's terms.
+  std::size_t window = 0;
+  for (std::size_t w : c.layer_windows) window = std::max(window, w);
+  switch (family) {
+    case model_family::qwen2:
+    case model_family::qwen3:
+      j["use_sliding_window"] = false;
+      if (window != 0) {
+        raise(error_code::unsupported, "config_json: windows for ", to_string(family),
+              " are not written by the generator");
+      }
+      break;
+    case model_family::llama: break;
+    case model_family::mistral:
+    case model_family::phi3:
+      j["sliding_window"] = window != 0 ? nlohmann::json(window) : nlohmann::json(nullptr);
+      break;
+    case model_family::gemma2:
+      j["sliding_window"] = window != 0 ? window : 4096;
+      j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+      j["attn_logit_softcapping"] = c.attn_logit_softcapping > 0
+                                        ? nlohmann::json(c.attn_logit_softcapping)
+                                        : nlohmann::json(nullptr);
+      j["final_logit_softcapping"] = c.final_logit_softcapping > 0
+                                         ? nlohmann::json(c.final_logit_softcapping)
+                                         : nlohmann::json(nullptr);
+      break;
+  }
   j["npullm_generator_version"] = generator_version;
   return j;
 }

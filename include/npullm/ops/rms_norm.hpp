@@ -1,5 +1,6 @@
-// rms_norm: y[m, :] = x[m, :] / sqrt(mean(x[m, :]^2) + eps) * weight[:]
+// rms_norm: y[m, :] = x[m, :] / sqrt(mean(x[m, :]^2) + eps) * (weight_offset + weight[:])
 //   x, y (M, D) f32 (y may be x); weight [D] f32, f16 or bf16. Sums in f32.
+//   weight_offset: 0 (Qwen2, Llama, ...) or 1 (Gemma 2 stores w - 1 and scales by 1 + w).
 #pragma once
 
 #include <cmath>
@@ -15,7 +16,7 @@ inline namespace NPULLM_ISA_NAMESPACE {  // SIMD code: see core/isa.hpp
 
 template <storage_type W>
 void rms_norm(dense_view<const float, 2> x, dense_view<const W, 1> weight, float eps,
-              dense_view<float, 2> y) {
+              dense_view<float, 2> y, float weight_offset = 0.0f) {
   if (x.extent(1) != weight.extent(0) || y.extents() != x.extents()) {
     raise(error_code::invalid_shape, "rms_norm: x ", npullm::detail::format_extents(x.extents()),
           ", weight ", npullm::detail::format_extents(weight.extents()), ", y ",
@@ -35,7 +36,7 @@ void rms_norm(dense_view<const float, 2> x, dense_view<const W, 1> weight, float
     float sum = simd::reduce_add(acc);
     for (; i < d; ++i) sum += in[i] * in[i];
     const float inv = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
-    for (std::size_t j = 0; j < d; ++j) out[j] = in[j] * inv * to_float(weight(j));
+    for (std::size_t j = 0; j < d; ++j) out[j] = in[j] * inv * (weight_offset + to_float(weight(j)));
   }
 }
 
