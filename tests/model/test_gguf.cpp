@@ -543,6 +543,13 @@ TEST(Gguf, RejectsBadMetadata) {
              error_code::corrupt_data, "nested deeper than 64");
   expect_bad(assembler{}.header(0, 2).str("k").u32(0).byte(1).str("k").u32(0).byte(2).v,
              error_code::corrupt_data, "key 'k': duplicate key");
+  // Keys from the file appear in messages escaped and cut short.
+  const std::string odd = std::string("a\x01") + "b\\";
+  expect_bad(assembler{}.header(0, 2).str(odd).u32(0).byte(1).str(odd).u32(0).byte(2).v,
+             error_code::corrupt_data, "key 'a\\x01b\\x5c': duplicate key");
+  const std::string long_key(1000, 'k');
+  expect_bad(assembler{}.header(0, 1).str(long_key).u32(7).byte(3).v, error_code::corrupt_data,
+             "key '" + std::string(96, 'k') + "...': bad bool value 3");
   expect_bad(assembler{}.header(0, 1).str("").u32(0).byte(1).zeros(4).v, error_code::corrupt_data,
              "empty metadata key");
   expect_bad(assembler{}.header(0, 1).str("general.alignment").u32(10).u64(32).v,

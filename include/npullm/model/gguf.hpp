@@ -285,6 +285,25 @@ T gguf_load(const std::byte* p) noexcept {
   }
 }
 
+// A key or name from a file, fit for a message: bytes outside printable ASCII as \xNN, and
+// at most 96 characters (a key may be 65535 bytes).
+inline std::string gguf_printable(std::string_view s) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (out.size() >= 96) return out + "...";
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    }
+  }
+  return out;
+}
+
 [[noreturn]] inline void gguf_array_mismatch(gguf_type stored, gguf_type asked) {
   raise(error_code::corrupt_data, "GGUF array of ", gguf_type_name(stored), " read as ",
         gguf_type_name(asked));
@@ -657,7 +676,7 @@ struct gguf_parser {
         fail(npullm::detail::concat("metadata key at byte ", at, " has ", key.size(),
                                     " bytes, more than the 65535 allowed"));
       }
-      where_text = "key '" + std::string(key) + "'";
+      where_text = "key '" + detail::gguf_printable(key) + "'";
       where = where_text;
       if (!h.key_index.emplace(key, h.metadata.size()).second) fail("duplicate key");
       const gguf_type t = value_type("value type");
@@ -703,7 +722,7 @@ struct gguf_parser {
 
     std::vector<const gguf_tensor_info*> order;
     for (const auto& t : h.tensors) {
-      where_text = "tensor '" + std::string(t.name) + "'";
+      where_text = "tensor '" + detail::gguf_printable(t.name) + "'";
       where = where_text;
       if (t.offset > h.data_size) {
         fail(npullm::detail::concat("offset ", t.offset, " lies past the end of the ", h.data_size,
@@ -722,7 +741,8 @@ struct gguf_parser {
     std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
     for (std::size_t i = 1; i < order.size(); ++i) {
       if (order[i]->offset < order[i - 1]->offset + order[i - 1]->nbytes) {
-        fail(npullm::detail::concat("tensors '", order[i - 1]->name, "' and '", order[i]->name,
+        fail(npullm::detail::concat("tensors '", detail::gguf_printable(order[i - 1]->name),
+                                    "' and '", detail::gguf_printable(order[i]->name),
                                     "' overlap"));
       }
     }
@@ -750,7 +770,7 @@ struct gguf_parser {
       fail(npullm::detail::concat("tensor ", i, " at byte ", at, " has a name of ", t.name.size(),
                                   " bytes (GGUF allows 1 to 64)"));
     }
-    where_text = "tensor '" + std::string(t.name) + "'";
+    where_text = "tensor '" + detail::gguf_printable(t.name) + "'";
     where = where_text;
     if (!h.tensor_index.emplace(t.name, i).second) fail("duplicate tensor name");
     t.n_dims = read<std::uint32_t>("n_dims");
@@ -853,8 +873,8 @@ class gguf_file {
   }
   [[nodiscard]] std::span<const std::byte> bytes(const gguf_tensor_info& t) const {
     if (!t.known()) {
-      raise(error_code::unsupported, "GGUF ", path(), ": tensor '", t.name, "' has ",
-            ggml_type_name(t.type), ", which npullm does not know: its size is unknown");
+      raise(error_code::unsupported, "GGUF ", path(), ": tensor '", detail::gguf_printable(t.name),
+            "' has ", ggml_type_name(t.type), ", which npullm does not know: its size is unknown");
     }
     return map_.bytes().subspan(header_.data_offset + static_cast<std::size_t>(t.offset), t.nbytes);
   }
