@@ -384,7 +384,8 @@ struct qvec {  // 16 int32 / f32 lanes
   static i dot(i acc, i u, i s) noexcept { return _mm512_dpbusd_epi32(acc, u, s); }
   static f loadf(const float* p) noexcept { return _mm512_loadu_ps(p); }
   static f set1(float v) noexcept { return _mm512_set1_ps(v); }
-  static f cvt(i v) noexcept { return _mm512_cvtepi32_ps(v); }
+  // (maskz: GCC 12 warns about the unmasked form's undefined pass-through operand)
+  static f cvt(i v) noexcept { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
   static f fmadd(f a, f b, f c) noexcept { return _mm512_fmadd_ps(a, b, c); }
   static f fnmadd(f a, f b, f c) noexcept { return _mm512_fnmadd_ps(a, b, c); }
   static f mul(f a, f b) noexcept { return _mm512_mul_ps(a, b); }
