@@ -644,7 +644,9 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
 // y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) quantized; y: (M, N).
 // Checks everything before writing y: shapes (invalid_shape), K % 32 (invalid_shape), dense
 // rows of x and y (unsupported). A call that throws leaves y as it was.
-template <class XL, class YL, threading_policy Policy = serial>
+// (Policy comes first so that linear<W>(...) calls meant for ops/linear.hpp's overloads fail
+// this one's constraint instead of instantiating it with a weight type as a layout.)
+template <threading_policy Policy = serial, class XL, class YL>
 void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_view& w,
             const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
             const Policy& policy = {}) {
@@ -689,7 +691,7 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_
 template <threading_policy Policy = serial>
 void linear(dense_view<const float, 2> x, const quantized_view& w, dense_view<float, 2> y,
             std::span<const float> bias = {}, const Policy& policy = {}) {
-  linear<layout_right, layout_right, Policy>(x, w, y, bias, policy);
+  linear<Policy, layout_right, layout_right>(x, w, y, bias, policy);
 }
 
 }  // namespace NPULLM_ISA_NAMESPACE
