@@ -134,7 +134,17 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m,
 // Scales of row n per 32-value piece (symmetric formats), as f32.
 inline void piece_scales(const quantized_view& w, std::size_t n, std::vector<float>& out) {
   out.resize(w.cols / 32);
-  for (std::size_t j = 0; j < out.size(); ++j) out[j] = w.scale(n, j * 32 / w.group);
+  const std::size_t groups = w.groups(), per = w.group / 32;  // pieces per group
+  const std::byte* p = w.scales.data() + n * groups * size_of(w.scale_type);
+  for (std::size_t g = 0; g < groups; ++g) {
+    float s;
+    if (w.scale_type == dtype::f16) {
+      s = load_f16(p + 2 * g);
+    } else {
+      std::memcpy(&s, p + 4 * g, 4);
+    }
+    std::fill_n(out.data() + g * per, per, s);
+  }
 }
 
 // Whether the GEMV reads this format's int8 codes through the sign trick (no VNNI).
@@ -294,31 +304,45 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
   const std::int8_t* xq = a.codes.data() + m0 * k;
   const float* xd = a.d.data() + m0 * blocks;
   const float* xs = a.sums.data() + m0 * blocks * 2;
+  // Rows ahead to prefetch: ~4 KiB of W in flight beyond what the loop reads. (Measured: the
+  // hardware prefetchers alone left the first load of each piece the hot spot, ~2x slower.)
+  const std::size_t rb = w.row_bytes();
+  const std::size_t ahead = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(rb, 1));
   for (std::size_t n = n0; n < n1; ++n) {
+    if (n + ahead < n1) {
+      const char* next = reinterpret_cast<const char*>(w.data.data() + (n + ahead) * rb);
+      for (std::size_t off = 0; off < rb; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    }
     if constexpr (F == weight_format::int8_sym || F == weight_format::int4_sym) {
       piece_scales(w, n, scales);
     }
-    __m256 acc[MR];
-    float off[MR];
+    // Two accumulators per row of x (even / odd pieces): the f32 adds are not one chain.
+    __m256 acc[MR][2];
+    __m256 off[MR];  // lane 0: Σ o0 · dx Σ xq(0..15), lane 1: Σ o1 · dx Σ xq(16..31)
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      acc[m] = _mm256_setzero_ps();
-      off[m] = 0.0f;
+      acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+      off[m] = _mm256_setzero_ps();
     }
     for_each_piece<F>(w, n, scales.data(), [&](std::size_t j, const gemv_piece& g) {
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + 32 * j));
         if constexpr (sign_trick(F)) xv = _mm256_sign_epi8(xv, g.sign);
         const __m256 dot = _mm256_cvtepi32_ps(dot_u8s8(g.u, xv));
-        acc[m] = _mm256_fmadd_ps(dot, _mm256_mul_ps(g.scale, _mm256_set1_ps(xd[m * blocks + j])),
-                                 acc[m]);
+        __m256& a = acc[m][j & 1];
+        a = _mm256_fmadd_ps(dot, _mm256_mul_ps(g.scale, _mm256_set1_ps(xd[m * blocks + j])), a);
         if constexpr (!sign_trick(F)) {
-          const float* s = xs + (m * blocks + j) * 2;
-          off[m] += g.o0 * s[0] + g.o1 * s[1];
+          const __m128 s = _mm_castpd_ps(
+              _mm_load_sd(reinterpret_cast<const double*>(xs + (m * blocks + j) * 2)));
+          const __m128 o = _mm_unpacklo_ps(_mm_set_ss(g.o0), _mm_set_ss(g.o1));
+          off[m] = _mm256_castps128_ps256(
+              _mm_fmadd_ps(o, s, _mm256_castps256_ps128(off[m])));
         }
       }
     });
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      y[m * ldy + n] = hsum(acc[m]) - off[m] + (bias ? bias[n] : 0.0f);
+      const __m128 o = _mm256_castps256_ps128(off[m]);
+      const float offset = _mm_cvtss_f32(_mm_add_ss(o, _mm_movehdup_ps(o)));
+      y[m * ldy + n] = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) - offset + (bias ? bias[n] : 0.0f);
     }
   }
 }
