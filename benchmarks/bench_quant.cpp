@@ -100,11 +100,13 @@ void quant_benchmark(benchmark::State& state, format_case f, std::size_t m, std:
   }
   // Naive: dequantize (the reference), then the f32 linear, per call.
   npullm::tensor<float, 2> wf(n, k);
-  state.counters["x_naive"] = nb::median_seconds(3, [&] {
-                                npullm::ops::dequantize(v0, wf.view());
-                                npullm::ops::linear<float>(x.view(), wf.view(), y.view(), {}, pool);
-                              }) /
-                              seconds;
+  state.counters["x_naive"] =
+      nb::median_seconds(3,
+                         [&] {
+                           npullm::ops::dequantize(v0, wf.view());
+                           npullm::ops::linear<float>(x.view(), wf.view(), y.view(), {}, pool);
+                         }) /
+      seconds;
   state.SetLabel(std::string(npullm::ops::detail::quant_dot_name()));
 }
 

@@ -56,7 +56,8 @@ std::vector<float> dequantized(const ops::quantized_view& w) {
 TEST(QuantLayout, Q8_0) {
   std::vector<std::byte> b(34);
   put_f16(b, 0, 0.5f);
-  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<std::byte>(static_cast<std::int8_t>(i * 8 - 128));
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<std::byte>(static_cast<std::int8_t>(i * 8 - 128));
   const auto v = dequantized(ops::quantized_view(weight_format::q8_0, 1, 32, b));
   for (int i = 0; i < 32; ++i) EXPECT_EQ(v[i], 0.5f * static_cast<float>(i * 8 - 128)) << i;
 }
@@ -85,8 +86,8 @@ TEST(QuantLayout, Q4_K) {
     mn[j] = j < 4 ? 2 * j : 50 + j;
   }
   std::vector<std::byte> b(144);
-  put_f16(b, 0, 1.0f);   // d
-  put_f16(b, 2, 0.5f);   // dmin
+  put_f16(b, 0, 1.0f);  // d
+  put_f16(b, 2, 0.5f);  // dmin
   std::uint8_t s[12];
   for (int j = 0; j < 4; ++j) {
     s[j] = static_cast<std::uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
@@ -100,7 +101,8 @@ TEST(QuantLayout, Q4_K) {
     for (int i = 0; i < 32; ++i) {
       const int byte = (32 * (j / 2) + i) * 37 + 11;
       const int q = j % 2 == 0 ? byte & 0xF : (byte & 0xFF) >> 4;
-      const float want = static_cast<float>(sc[j]) * static_cast<float>(q) - 0.5f * static_cast<float>(mn[j]);
+      const float want =
+          static_cast<float>(sc[j]) * static_cast<float>(q) - 0.5f * static_cast<float>(mn[j]);
       EXPECT_EQ(v[32 * j + i], want) << j << " " << i;
     }
   }
@@ -110,7 +112,8 @@ TEST(QuantLayout, Q6_K) {
   std::vector<std::byte> b(210);
   std::mt19937 rng(3);
   for (int t = 0; t < 192; ++t) b[t] = static_cast<std::byte>(rng() & 0xFF);
-  for (int i = 0; i < 16; ++i) b[192 + i] = static_cast<std::byte>(static_cast<std::int8_t>(3 * i - 20));
+  for (int i = 0; i < 16; ++i)
+    b[192 + i] = static_cast<std::byte>(static_cast<std::int8_t>(3 * i - 20));
   put_f16(b, 208, 0.5f);
   const auto v = dequantized(ops::quantized_view(weight_format::q6_k, 1, 256, b));
   auto u8 = [&](int i) { return static_cast<int>(b[i]); };
@@ -121,7 +124,8 @@ TEST(QuantLayout, Q6_K) {
                         (ql0 >> 4) | (((qh >> 4) & 3) << 4), (ql1 >> 4) | (((qh >> 6) & 3) << 4)};
       for (int t = 0; t < 4; ++t) {
         const int e = 128 * h + 32 * t + l;
-        const float want = 0.5f * static_cast<float>(3 * (e / 16) - 20) * static_cast<float>(q[t] - 32);
+        const float want =
+            0.5f * static_cast<float>(3 * (e / 16) - 20) * static_cast<float>(q[t] - 32);
         EXPECT_EQ(v[e], want) << e;
       }
     }
@@ -134,15 +138,15 @@ TEST(QuantLayout, SymmetricInt8AndInt4) {
   for (int i = 0; i < 128; ++i) d8[i] = static_cast<std::byte>(static_cast<std::int8_t>(i - 64));
   const float scales[4] = {0.5f, 2.0f, -1.0f, 0.125f};
   std::memcpy(s8.data(), scales, sizeof scales);
-  const auto v8 = dequantized(
-      ops::quantized_view(weight_format::int8_sym, 2, 64, d8, s8, 32, dtype::f32));
+  const auto v8 =
+      dequantized(ops::quantized_view(weight_format::int8_sym, 2, 64, d8, s8, 32, dtype::f32));
   for (int i = 0; i < 128; ++i) EXPECT_EQ(v8[i], static_cast<float>(i - 64) * scales[i / 32]) << i;
   // int4, one group per row (K = 5, odd), f16 scales: element 2i is byte i's low nibble.
   std::vector<std::byte> d4 = {std::byte{0x9F}, std::byte{0x70}, std::byte{0x08}};  // one row
   std::vector<std::byte> s4(2);
   put_f16(s4, 0, 0.25f);
-  const auto v4 = dequantized(
-      ops::quantized_view(weight_format::int4_sym, 1, 5, d4, s4, 5, dtype::f16));
+  const auto v4 =
+      dequantized(ops::quantized_view(weight_format::int4_sym, 1, 5, d4, s4, 5, dtype::f16));
   const float want[5] = {-1 * 0.25f, -7 * 0.25f, 0.0f, 7 * 0.25f, -8 * 0.25f};
   for (int i = 0; i < 5; ++i) EXPECT_EQ(v4[i], want[i]) << i;
 }
@@ -159,9 +163,12 @@ TEST(QuantRoundTrip, WithinHalfAScale) {
   std::mt19937 rng(7);
   std::normal_distribution<float> g(0.0f, 1.0f);
   const sym_case cases[] = {
-      {weight_format::q8_0, 96, 0, dtype::f16},       {weight_format::q4_0, 160, 0, dtype::f16},
-      {weight_format::int8_sym, 37, 37, dtype::f32},  {weight_format::int8_sym, 384, 128, dtype::f16},
-      {weight_format::int4_sym, 37, 37, dtype::f16},  {weight_format::int4_sym, 192, 64, dtype::f32},
+      {weight_format::q8_0, 96, 0, dtype::f16},
+      {weight_format::q4_0, 160, 0, dtype::f16},
+      {weight_format::int8_sym, 37, 37, dtype::f32},
+      {weight_format::int8_sym, 384, 128, dtype::f16},
+      {weight_format::int4_sym, 37, 37, dtype::f16},
+      {weight_format::int4_sym, 192, 64, dtype::f32},
       {weight_format::int4_sym, 96, 32, dtype::f16},
   };
   for (const auto& c : cases) {
@@ -177,11 +184,12 @@ TEST(QuantRoundTrip, WithinHalfAScale) {
     for (std::size_t r = 0; r < n; ++r) {
       for (std::size_t g0 = 0; g0 < c.k; g0 += group) {
         float amax = 0.0f;
-        for (std::size_t i = g0; i < g0 + group; ++i) amax = std::max(amax, std::fabs(w[r * c.k + i]));
+        for (std::size_t i = g0; i < g0 + group; ++i)
+          amax = std::max(amax, std::fabs(w[r * c.k + i]));
         // The scale the format stores: absmax / qmax (q4_0: absmax / 8), at f16 precision.
-        const float qmax = c.format == weight_format::q4_0                                 ? 8.0f
-                           : c.format == weight_format::int4_sym                           ? 7.0f
-                                                                                           : 127.0f;
+        const float qmax = c.format == weight_format::q4_0       ? 8.0f
+                           : c.format == weight_format::int4_sym ? 7.0f
+                                                                 : 127.0f;
         const float scale = amax / qmax * (1.0f + 1e-3f);
         for (std::size_t i = g0; i < g0 + group; ++i) {
           const float err = std::fabs(w[r * c.k + i] - back[r * c.k + i]);
@@ -207,8 +215,8 @@ TEST(QuantRoundTrip, Q4_0UsesCodeMinus8ForTheExtreme) {
 
 // A random W of the format, N x K: quantized from f32 where there is a quantizer, else random
 // bytes with sane f16 scales (which also exercises every bit of the dequantizer).
-ops::quantized_matrix random_matrix(weight_format f, std::size_t n, std::size_t k, std::mt19937& rng,
-                                    std::vector<std::byte>& raw) {
+ops::quantized_matrix random_matrix(weight_format f, std::size_t n, std::size_t k,
+                                    std::mt19937& rng, std::vector<std::byte>& raw) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   if (f == weight_format::q4_k || f == weight_format::q6_k) {
     raw.resize(n * ops::row_bytes(f, k));
@@ -226,7 +234,7 @@ ops::quantized_matrix random_matrix(weight_format f, std::size_t n, std::size_t 
   }
   std::vector<float> w(n * k);
   for (float& v : w) v = u(rng);
-  const std::size_t group = f == weight_format::int4_sym ? (k % 128 == 0 ? 128 : 32)
+  const std::size_t group = f == weight_format::int4_sym   ? (k % 128 == 0 ? 128 : 32)
                             : f == weight_format::int8_sym ? k
                                                            : 0;
   return ops::quantize(dense_view<const float, 2>(w.data(), n, k), f, group,
@@ -242,12 +250,12 @@ void check_kernel(weight_format f, std::size_t m, std::size_t n, std::size_t k, 
   std::mt19937 rng(static_cast<unsigned>(m * 7919 + n * 104729 + k));
   std::vector<std::byte> raw;
   const auto owned = random_matrix(f, n, k, rng, raw);
-  const ops::quantized_view w =
-      raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
+  const ops::quantized_view w = raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
   const auto wd = dequantized(w);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   tensor<float, 2> xbuf(m, k + (strided ? 3 : 0));
-  for (std::size_t i = 0; i < xbuf.size(); ++i) xbuf.data()[i] = u(rng) * (i % 7 == 0 ? 4.0f : 1.0f);
+  for (std::size_t i = 0; i < xbuf.size(); ++i)
+    xbuf.data()[i] = u(rng) * (i % 7 == 0 ? 4.0f : 1.0f);
   const auto x = subview(xbuf.view(), all, range{0, k});
   std::vector<float> bias(with_bias ? n : 0);
   for (float& b : bias) b = u(rng);
@@ -272,8 +280,8 @@ void check_kernel(weight_format f, std::size_t m, std::size_t n, std::size_t k, 
   }
 }
 
-const weight_format all_formats[] = {weight_format::q8_0, weight_format::q4_0,
-                                     weight_format::q4_k, weight_format::q6_k,
+const weight_format all_formats[] = {weight_format::q8_0,     weight_format::q4_0,
+                                     weight_format::q4_k,     weight_format::q6_k,
                                      weight_format::int8_sym, weight_format::int4_sym};
 
 TEST(QuantLinear, AgainstDequantizedReference) {
@@ -309,8 +317,8 @@ TEST(QuantLinear, ResultsDoNotDependOnTheThreadCount) {
     for (const std::size_t m : {1u, 5u, 40u}) {
       const std::size_t n = 101, k = 512;
       const auto owned = random_matrix(f, n, k, rng, raw);
-      const ops::quantized_view w = ops::block_values(f) == 256 ? ops::quantized_view(f, n, k, raw)
-                                                                : owned.view();
+      const ops::quantized_view w =
+          ops::block_values(f) == 256 ? ops::quantized_view(f, n, k, raw) : owned.view();
       tensor<float, 2> x(m, k), y1(m, n), y3(m, n);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
@@ -338,7 +346,10 @@ TEST(QuantErrors, ViewChecksShapesAndSizes) {
   expect_code([&] { ops::quantized_view(weight_format::int8_sym, 4, 64, d, s, 32, dtype::bf16); },
               error_code::unsupported, "bf16");
   expect_code(
-      [&] { ops::quantized_view(weight_format::int8_sym, 4, 64, d, std::span(s).first(15), 32, dtype::f16); },
+      [&] {
+        ops::quantized_view(weight_format::int8_sym, 4, 64, d, std::span(s).first(15), 32,
+                            dtype::f16);
+      },
       error_code::corrupt_data, "15 bytes of f16 scales, want 16");
   expect_code([&] { ops::quantized_view(weight_format::int4_sym, 4, 64, d, s, 32, dtype::f16); },
               error_code::corrupt_data, "256 bytes, want 128");
@@ -346,13 +357,20 @@ TEST(QuantErrors, ViewChecksShapesAndSizes) {
               error_code::invalid_argument, "needs a scales tensor");
   std::vector<float> w(64);
   expect_code(
-      [&] { (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 64), weight_format::q4_k); },
+      [&] {
+        (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 64), weight_format::q4_k);
+      },
       error_code::unsupported, "no quantizer for q4_k");
   expect_code(
-      [&] { (void)ops::quantize(dense_view<const float, 2>(w.data(), 2, 32), weight_format::int4_sym, 48); },
+      [&] {
+        (void)ops::quantize(dense_view<const float, 2>(w.data(), 2, 32), weight_format::int4_sym,
+                            48);
+      },
       error_code::invalid_argument, "group 48");
   expect_code(
-      [&] { (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 48), weight_format::q8_0); },
+      [&] {
+        (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 48), weight_format::q8_0);
+      },
       error_code::invalid_shape, "K = 48");
 }
 

@@ -119,9 +119,9 @@ constexpr std::size_t row_bytes(weight_format f, std::size_t cols) noexcept {
 // packed int4 tensor and its scales tensor).
 struct quantized_view {
   weight_format format = weight_format::q8_0;
-  std::size_t rows = 0, cols = 0;  // N, K
-  std::size_t group = 0;           // *_sym: values per scale along K (32, 64, 128 or K)
-  dtype scale_type = dtype::f32;   // *_sym: f16 or f32
+  std::size_t rows = 0, cols = 0;     // N, K
+  std::size_t group = 0;              // *_sym: values per scale along K (32, 64, 128 or K)
+  dtype scale_type = dtype::f32;      // *_sym: f16 or f32
   std::span<const std::byte> data;    // rows * row_bytes(format, cols)
   std::span<const std::byte> scales;  // *_sym: (rows, cols / group) of scale_type; else empty
 
@@ -175,8 +175,8 @@ struct quantized_view {
       }
     } else {
       if (group != 32 && group != 64 && group != 128 && group != cols) {
-        raise(error_code::invalid_argument, "quantized_view: ", to_string(format), " group ",
-              group, " (want 32, 64, 128 or K = ", cols, ")");
+        raise(error_code::invalid_argument, "quantized_view: ", to_string(format), " group ", group,
+              " (want 32, 64, 128 or K = ", cols, ")");
       }
       if (group == 0 || cols % group != 0) {
         raise(error_code::invalid_shape, "quantized_view: ", to_string(format), " K = ", cols,
@@ -195,8 +195,8 @@ struct quantized_view {
     }
     const std::size_t want = rows * row_bytes();
     if (data.size() != want) {
-      raise(error_code::corrupt_data, "quantized_view: ", to_string(format), " [", rows, ", ",
-            cols, "] has ", data.size(), " bytes, want ", want);
+      raise(error_code::corrupt_data, "quantized_view: ", to_string(format), " [", rows, ", ", cols,
+            "] has ", data.size(), " bytes, want ", want);
     }
   }
 };

@@ -271,15 +271,14 @@ template <weight_format F, class Fn>
         const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
         // Quarter t: low nibble source, qh bits 2t..2t+1 moved to bits 4-5.
-        const __m256i u[4] = {
-            _mm256_or_si256(_mm256_and_si256(l0, low4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
-            _mm256_or_si256(_mm256_and_si256(l1, low4),
-                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                            _mm256_and_si256(qh, bits45)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+        const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(l0, low4),
+                                              _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                              _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                              _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                              _mm256_and_si256(qh, bits45)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
         for (std::size_t t = 0; t < 4; ++t) {
           const std::size_t p = 4 * h + t;  // piece within the super-block: scales 2p, 2p + 1
           const float s0 = d * static_cast<float>(sc[2 * p]);
@@ -334,8 +333,7 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
           const __m128 s = _mm_castpd_ps(
               _mm_load_sd(reinterpret_cast<const double*>(xs + (m * blocks + j) * 2)));
           const __m128 o = _mm_unpacklo_ps(_mm_set_ss(g.o0), _mm_set_ss(g.o1));
-          off[m] = _mm256_castps128_ps256(
-              _mm_fmadd_ps(o, s, _mm256_castps256_ps128(off[m])));
+          off[m] = _mm256_castps128_ps256(_mm_fmadd_ps(o, s, _mm256_castps256_ps128(off[m])));
         }
       }
     });
@@ -379,8 +377,8 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
 #endif
 
 template <weight_format F>
-void gemv(const quantized_view& w, const quantized_activations& a, std::size_t n0,
-          std::size_t n1, const float* bias, float* y, std::size_t ldy) {
+void gemv(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
+          const float* bias, float* y, std::size_t ldy) {
   thread_local std::vector<float> scales;
   std::size_t m = 0;
   for (; m + 4 <= a.m; m += 4) gemv_rows<F, 4>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);
@@ -438,14 +436,30 @@ struct qvec {  // 8 int32 / f32 lanes
 #endif
   }
 #endif
-  static f loadf(const float* p) noexcept { return _mm256_loadu_ps(p); }
-  static f set1(float v) noexcept { return _mm256_set1_ps(v); }
-  static f cvt(i v) noexcept { return _mm256_cvtepi32_ps(v); }
-  static f fmadd(f a, f b, f c) noexcept { return _mm256_fmadd_ps(a, b, c); }
-  static f fnmadd(f a, f b, f c) noexcept { return _mm256_fnmadd_ps(a, b, c); }
-  static f mul(f a, f b) noexcept { return _mm256_mul_ps(a, b); }
-  static f zerof() noexcept { return _mm256_setzero_ps(); }
-  static void storef(float* p, f v) noexcept { _mm256_storeu_ps(p, v); }
+  static f loadf(const float* p) noexcept {
+    return _mm256_loadu_ps(p);
+  }
+  static f set1(float v) noexcept {
+    return _mm256_set1_ps(v);
+  }
+  static f cvt(i v) noexcept {
+    return _mm256_cvtepi32_ps(v);
+  }
+  static f fmadd(f a, f b, f c) noexcept {
+    return _mm256_fmadd_ps(a, b, c);
+  }
+  static f fnmadd(f a, f b, f c) noexcept {
+    return _mm256_fnmadd_ps(a, b, c);
+  }
+  static f mul(f a, f b) noexcept {
+    return _mm256_mul_ps(a, b);
+  }
+  static f zerof() noexcept {
+    return _mm256_setzero_ps();
+  }
+  static void storef(float* p, f v) noexcept {
+    _mm256_storeu_ps(p, v);
+  }
 };
 inline constexpr std::size_t gemm_vectors = 1;  // P = 8 columns
 inline constexpr std::size_t gemm_rows = 4;
@@ -524,8 +538,8 @@ template <weight_format F, std::size_t MR>
 void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel& p,
                 std::size_t cols, const float* bias, float* y, std::size_t ldy) {
   constexpr std::size_t V = gemm_vectors, L = qvec::lanes, P = panel_cols;
-  constexpr bool split = F == weight_format::q6_k;   // two scales per piece
-  constexpr bool mins = F == weight_format::q4_k;    // an offset per piece
+  constexpr bool split = F == weight_format::q6_k;  // two scales per piece
+  constexpr bool mins = F == weight_format::q4_k;   // an offset per piece
   constexpr bool st = gemm_sign_trick(F);
   const std::size_t k = a.k, blocks = a.blocks;
   const std::int8_t* xq = a.codes.data() + m0 * k;
@@ -542,11 +556,11 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel
         start[v] = qvec::load(p.start.data() + (j * 2 + h) * P + v * L);
         if constexpr (!split) {
 #if defined(NPULLM_QUANT_VNNI512)
-          start[v] = _mm512_add_epi32(start[v],
-                                      qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
+          start[v] =
+              _mm512_add_epi32(start[v], qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
 #else
-          start[v] = _mm256_add_epi32(start[v],
-                                      qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
+          start[v] =
+              _mm256_add_epi32(start[v], qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
 #endif
         }
       }
@@ -556,7 +570,8 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel
       const std::size_t t0 = split ? 4 * h : 0, t1 = split ? t0 + 4 : 8;
       NPULLM_UNROLL for (std::size_t t = t0; t < t1; ++t) {
         qvec::i wv[V];
-        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) wv[v] = qvec::load(wc + (t * P + v * L) * 4);
+        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) wv[v] =
+            qvec::load(wc + (t * P + v * L) * 4);
         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
           const qvec::i x4 = qvec::bcast4(xq + m * k + 32 * j + 4 * t);
           NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
@@ -565,7 +580,8 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel
         }
       }
       qvec::f sc[V];
-      NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) sc[v] = qvec::loadf(p.scale.data() + (j * 2 + h) * P + v * L);
+      NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) sc[v] =
+          qvec::loadf(p.scale.data() + (j * 2 + h) * P + v * L);
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const qvec::f dx = qvec::set1(a.d[(m0 + m) * blocks + j]);
         NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
@@ -602,8 +618,8 @@ inline void gemm_rest(std::size_t rest, const quantized_activations& a, std::siz
 }
 
 template <weight_format F>
-void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0,
-          std::size_t n1, const float* bias, float* y, std::size_t ldy) {
+void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
+          const float* bias, float* y, std::size_t ldy) {
   thread_local gemm_panel panel;
   for (std::size_t c0 = n0; c0 < n1; c0 += panel_cols) {
     const std::size_t cols = std::min(panel_cols, n1 - c0);
@@ -618,8 +634,8 @@ void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n
 }
 #else
 template <weight_format F>
-void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0,
-          std::size_t n1, const float* bias, float* y, std::size_t ldy) {
+void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
+          const float* bias, float* y, std::size_t ldy) {
   gemv<F>(w, a, n0, n1, bias, y, ldy);  // the portable shape is the same loop
 }
 #endif
