@@ -30,7 +30,8 @@
 //                   decode cost is shared by all M rows. (Σ (xq + 128) w = Σ xq w + 128 Σ w:
 //                   the panel carries −128 Σ w per column as the accumulator's start.)
 //   portable        the same two shapes in scalar integer code (pieces decoded one by one).
-// No f32 dequantize-in-register path: the integer paths measured faster on every format here.
+// No f32 dequantize-in-register path was written (so none was measured against the integer
+// paths). GEMM decodes each panel per call (see bench_quant: that decode is ~45% of GEMM time).
 // K must be a multiple of 32 (every format; a symmetric format's group too).
 // Threads split N into contiguous parts; results do not depend on the thread count.
 #pragma once
