@@ -6,6 +6,10 @@
 //                the compiler targets: AVX-512 (__AVX512F__), AVX2 + FMA (__FMA__), or, in a
 //                baseline x86-64 build, SSE multiply + add (still 2 flops per lane)
 //   bf16_gflops  bf16 dot-product peak (`vdpbf16ps`: 2 flops per bf16 pair), 0 without it
+//   int8_gops    int8 dot-product peak (2 ops per u8 x s8 multiply-add) with the instructions
+//                the quantized kernels (ops/quant_linear.hpp) use: AVX512-VNNI `vpdpbusd` zmm,
+//                else AVX-VNNI `vpdpbusd` ymm, else AVX2 `vpmaddubsw` + `vpmaddwd` + `vpaddd`;
+//                0 in a portable build (its scalar kernels are compared with the FMA peak)
 // per thread count: every thread runs the same loop at the same time (a spin barrier starts
 // them together) and the slowest thread's time counts. Each figure is the best of several
 // repetitions: the limit the machine reached, which a kernel can be compared against.
@@ -57,6 +61,7 @@ struct machine_limits {
   double triad_gbps = 0;
   double fma_gflops = 0;
   double bf16_gflops = 0;  // 0 when the CPU (or the build) has no bf16 dot product
+  double int8_gops = 0;    // 0 in a portable build
 };
 
 namespace detail {
@@ -207,7 +212,69 @@ inline double bf16_dot_loop(std::size_t iterations, float* sink) {
 #endif
 }
 
+// int8 dot products with the quantized kernels' instructions; returns ops done (2 per
+// multiply-add).
+inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  __m512i acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_epi32(k + 1);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < 12; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+  }
+  __m512i total = acc[0];
+  for (int k = 1; k < 12; ++k) total = _mm512_add_epi32(total, acc[k]);
+  *sink += _mm512_reduce_add_epi32(total);
+  return 2.0 * 64 * 12 * static_cast<double>(iterations);
+#elif defined(__AVX2__)
+  __m256i acc[12];
+  for (int k = 0; k < 12; ++k) acc[k] = _mm256_set1_epi32(k + 1);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+#if !defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+  const __m256i ones = _mm256_set1_epi16(1);
+#endif
+  for (std::size_t it = 0; it < iterations; ++it) {
+    for (int k = 0; k < 12; ++k) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      acc[k] = _mm256_dpbusd_epi32(acc[k], a, b);
+#elif defined(__AVXVNNI__)
+      acc[k] = _mm256_dpbusd_avx_epi32(acc[k], a, b);
+#else
+      acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+#endif
+    }
+  }
+  __m256i total = acc[0];
+  for (int k = 1; k < 12; ++k) total = _mm256_add_epi32(total, acc[k]);
+  alignas(32) std::int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
+  for (auto v : lanes) *sink += v;
+  return 2.0 * 32 * 12 * static_cast<double>(iterations);
+#else
+  (void)iterations;
+  (void)sink;
+  return 0.0;
+#endif
+}
+
 }  // namespace detail
+
+// The int8 dot-product peak alone at a thread count (best of `repetitions`).
+inline double measure_int8_peak(std::size_t threads, int repetitions = 5) {
+  thread_pool pool(threads);
+  std::vector<std::int32_t> sink(threads, 0);
+  double best = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    std::vector<double> ops(threads);
+    const double s = detail::timed_on_all_threads(pool, threads, [&](std::size_t t) {
+      ops[t] = detail::int8_dot_loop(2'000'000, &sink[t]);
+    });
+    best = std::max(best, ops[0] * static_cast<double>(threads) / s / 1e9);
+  }
+  volatile std::int32_t keep = 0;
+  for (auto v : sink) keep = keep + v;
+  return best;
+}
 
 // Measures the limits at a thread count (takes about a second).
 inline machine_limits measure_machine_limits(std::size_t threads, int repetitions = 5) {
@@ -276,6 +343,7 @@ inline machine_limits measure_machine_limits(std::size_t threads, int repetition
     });
     m.bf16_gflops = std::max(m.bf16_gflops, flops[0] * static_cast<double>(threads) / s16 / 1e9);
   }
+  m.int8_gops = measure_int8_peak(threads, repetitions);
   // Keep the results observable so no loop is optimized away.
   volatile std::uint64_t keep = 0;
   for (auto v : sums) keep = keep + v;
@@ -327,6 +395,7 @@ inline std::map<std::size_t, machine_limits> recorded_limits() {
     m.triad_gbps = b.value("triad_GBps", 0.0);
     m.fma_gflops = b.value("fma_GFLOPs", 0.0);
     m.bf16_gflops = b.value("bf16_GFLOPs", 0.0);
+    m.int8_gops = b.value("int8_GOPs", 0.0);  // 0 in files that lack it: measured on demand
     if (m.threads > 0 && m.read_gbps > 0 && m.fma_gflops > 0) out[m.threads] = m;
   }
   return out;
@@ -339,6 +408,9 @@ inline const machine_limits& limits_for(std::size_t threads) {
   std::lock_guard lock(mutex);
   auto it = cache.find(threads);
   if (it == cache.end()) it = cache.emplace(threads, measure_machine_limits(threads)).first;
+#if defined(__AVX2__)
+  if (it->second.int8_gops == 0) it->second.int8_gops = measure_int8_peak(threads);
+#endif
   return it->second;
 }
 

@@ -1,0 +1,134 @@
+// Quantized linear benchmarks (ops/quant_linear.hpp; names and counters as in shared/DESIGN.md):
+// the Qwen2-0.5B MLP projection K = 896, N = 4864 (q4_k: K = 1024, the nearest multiple of its
+// 256-value super-block), weights q8_0, q4_0, q4_k and int4_sym with group 128 (f16 scales).
+//   m1 .../cold: GEMV; GBps over the quantized bytes (data + scales) and pct_bw (% of the read
+//           bandwidth measured in this process); "cold" rotates over enough weight copies to
+//           pass 128 MiB, as bench_ops does.
+//   m512: GEMM; GFLOPs (2 M N K) and pct_peak (% of the int8 dot-product peak measured with
+//           the kernels' own instructions, machine_limits.hpp int8_gops).
+//   x_naive: speedup over the naive route in the same binary: dequantize W to f32 (the
+//           reference), then ops::linear over f32 weights.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/ops/linear.hpp"
+#include "npullm/ops/quant.hpp"
+#include "npullm/ops/quant_linear.hpp"
+
+namespace {
+
+namespace nb = npullm::bench;
+using npullm::ops::weight_format;
+
+struct format_case {
+  const char* name;
+  weight_format format;
+  std::size_t group;
+  std::size_t k;
+};
+
+// q4_k has no quantizer: random super-blocks with small f16 scales.
+npullm::ops::quantized_matrix make_weights(const format_case& f, std::size_t n, std::mt19937& rng,
+                                           std::vector<std::byte>& raw,
+                                           npullm::ops::quantized_view& view) {
+  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+  if (f.format == weight_format::q4_k) {
+    raw.resize(n * npullm::ops::row_bytes(f.format, f.k));
+    for (auto& b : raw) b = static_cast<std::byte>(rng() & 0xFF);
+    for (std::size_t blk = 0; blk < raw.size() / 144; ++blk) {
+      for (int h = 0; h < 2; ++h) {
+        const std::uint16_t bits = npullm::float16(1e-3f).bits();
+        std::memcpy(raw.data() + blk * 144 + 2 * h, &bits, 2);
+      }
+    }
+    view = npullm::ops::quantized_view(f.format, n, f.k, raw);
+    return {};
+  }
+  std::vector<float> w(n * f.k);
+  for (float& v : w) v = u(rng);
+  auto q = npullm::ops::quantize(npullm::dense_view<const float, 2>(w.data(), n, f.k), f.format,
+                                 f.group, npullm::dtype::f16);
+  view = q.view();
+  return q;
+}
+
+void quant_benchmark(benchmark::State& state, format_case f, std::size_t m, std::size_t n,
+                     bool cold, std::size_t threads) {
+  const std::size_t k = f.k;
+  std::mt19937 rng(1);
+  std::vector<std::byte> raw0;
+  npullm::ops::quantized_view v0;
+  auto q0 = make_weights(f, n, rng, raw0, v0);
+  const double bytes = static_cast<double>(v0.data.size() + v0.scales.size());
+  const std::size_t copies =
+      cold ? std::max<std::size_t>(1, static_cast<std::size_t>(128.0 * (1 << 20) / bytes) + 1) : 1;
+  std::vector<npullm::ops::quantized_matrix> owned;
+  std::vector<std::vector<std::byte>> raws(copies);
+  std::vector<npullm::ops::quantized_view> views(copies);
+  views[0] = v0;
+  for (std::size_t c = 1; c < copies; ++c) {
+    if (f.format == weight_format::q4_k) {
+      raws[c] = raw0;
+      views[c] = npullm::ops::quantized_view(f.format, n, k, raws[c]);
+    } else {
+      owned.push_back(make_weights(f, n, rng, raws[c], views[c]));
+    }
+  }
+  npullm::tensor<float, 2> x(m, k), y(m, n);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
+  const auto& pool = nb::pool_for(threads);
+  std::size_t next = 0;
+  const double seconds = nb::timed_loop(state, [&] {
+    npullm::ops::linear(x.view(), views[next++ % copies], y.view(), {}, pool);
+    benchmark::DoNotOptimize(y.data());
+  });
+  if (m <= 16) {
+    nb::set_bandwidth_counters(state, bytes, seconds, threads);
+  } else {
+    const double gops = 2.0 * static_cast<double>(m * n * k) / seconds / 1e9;
+    state.counters["GFLOPs"] = gops;
+    const auto& lim = nb::limits_for(threads);
+    const double peak = lim.int8_gops > 0 ? lim.int8_gops : lim.fma_gflops;
+    state.counters["pct_peak"] = 100.0 * gops / peak;
+    state.counters["peak_GFLOPs"] = peak;
+  }
+  // Naive: dequantize (the reference), then the f32 linear, per call.
+  npullm::tensor<float, 2> wf(n, k);
+  state.counters["x_naive"] =
+      nb::median_seconds(3,
+                         [&] {
+                           npullm::ops::dequantize(v0, wf.view());
+                           npullm::ops::linear<float>(x.view(), wf.view(), y.view(), {}, pool);
+                         }) /
+      seconds;
+  state.SetLabel(std::string(npullm::ops::detail::quant_dot_name()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const format_case formats[] = {{"q8_0", weight_format::q8_0, 0, 896},
+                                 {"q4_0", weight_format::q4_0, 0, 896},
+                                 {"q4_k", weight_format::q4_k, 0, 1024},
+                                 {"int4_g128", weight_format::int4_sym, 128, 896}};
+  for (const std::size_t m : {1u, 512u}) {
+    for (const auto& f : formats) {
+      for (const std::size_t threads : nb::thread_counts()) {
+        const bool cold = m == 1;
+        const std::string name = "linear/m" + std::to_string(m) + "/k" + std::to_string(f.k) +
+                                 "/n4864/" + f.name + (cold ? "/cold" : "") +
+                                 "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), quant_benchmark, f, m, std::size_t{4864}, cold,
+                                     threads)
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  return npullm::bench::run_benchmarks(argc, argv);
+}

@@ -1,0 +1,496 @@
+// Quantized weight formats: a runtime description of a quantized (N, K) matrix W (rows = output
+// channels, the Hugging Face / GGUF layout), its dequantize-to-f32 reference, and round-to-
+// nearest quantizers. The fused kernels that read these blocks are in ops/quant_linear.hpp.
+//
+// Bit layouts (all little-endian; "f16" is IEEE binary16; rows are stored one after another and
+// a row is a whole number of blocks, so row n starts at byte n * row_bytes):
+//
+//   q8_0   blocks of 32 values, 34 bytes:  [0..1] f16 d | [2..33] int8 q[32]
+//          value[i] = q[i] * d
+//   q4_0   blocks of 32 values, 18 bytes:  [0..1] f16 d | [2..17] uint8 b[16]
+//          value[i]      = ((b[i] & 0xF) - 8) * d     i = 0..15  (low nibbles: first half)
+//          value[i + 16] = ((b[i] >> 4) - 8) * d                 (high nibbles: second half)
+//   q4_k   super-blocks of 256 values (8 sub-blocks of 32), 144 bytes:
+//          [0..1] f16 d | [2..3] f16 dmin | [4..15] s[12]: 8 six-bit scales sc[j], 8 six-bit mins
+//          m[j] | [16..143] uint8 b[128]
+//          j < 4:  sc[j] = s[j] & 63,                          m[j] = s[j + 4] & 63
+//          j >= 4: sc[j] = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4,
+//                  m[j]  = (s[j + 4] >> 4)  | (s[j]     >> 6) << 4
+//          (the top two bits of s[0..7] carry the high bits of sub-blocks 4..7's scale / min)
+//          sub-blocks 2c and 2c + 1 (c = 0..3) share the 32 bytes b[32c .. 32c + 31]: low
+//          nibbles are sub-block 2c, high nibbles sub-block 2c + 1, element order within each.
+//          value[32j + i] = (d * sc[j]) * q - (dmin * m[j]),  q = the nibble (0..15)
+//   q6_k   super-blocks of 256 values (16 sub-blocks of 16), 210 bytes:
+//          [0..127] uint8 ql[128] | [128..191] uint8 qh[64] | [192..207] int8 sc[16] |
+//          [208..209] f16 d
+//          two halves h = 0, 1 of 128 values, each using ql[64h ..], qh[32h ..]; for l = 0..31:
+//            value 128h + l      low nibble of ql[64h + l],      bits 0-1 of qh[32h + l]
+//            value 128h + l + 32 low nibble of ql[64h + l + 32], bits 2-3 of qh[32h + l]
+//            value 128h + l + 64 high nibble of ql[64h + l],     bits 4-5 of qh[32h + l]
+//            value 128h + l + 96 high nibble of ql[64h + l + 32], bits 6-7 of qh[32h + l]
+//          (the nibble is the 6-bit q's low 4 bits, the two qh bits its high 2 bits)
+//          value[e] = (d * sc[e / 16]) * (q - 32),  q = 0..63
+//   int8_sym  npullm's NPU layout: data (N, K) int8 row-major; scales (N, K / G) row-major,
+//          f16 or f32; value[n][k] = q[n][k] * scale[n][k / G]. G = 32, 64, 128, or K (one
+//          group per output channel).
+//   int4_sym  as int8_sym with 4-bit two's-complement q in [-8, 7], two per byte: row n is
+//          ceil(K / 2) bytes, element 2i in the LOW nibble of byte i, element 2i + 1 in the
+//          high nibble (an odd K leaves the last high nibble 0). The order OpenVINO's i4 uses.
+//
+// The GGUF formats have no separate scales (scales is empty); their K must be a multiple of the
+// block (32 or 256). The symmetric formats take any K divisible by G (G = K for any K).
+// Quantizers (round to nearest; the f16 scale is rounded up to the next f16 when rounding to
+// nearest would make |x| / scale exceed the largest code, so every element stays within
+// scale / 2 of its value except where noted):
+//   q8_0, int8_sym  scale = absmax / 127, q = round(x / scale)
+//   int4_sym        scale = absmax / 7,   q = round(x / scale)          (in [-7, 7])
+//   q4_0            d = -(the value of largest magnitude) / 8, q = clamp(round(x / d), -8, 7)
+//                   (as llama.cpp: the extreme maps to code -8 and uses all 16 levels; a value
+//                   of the opposite sign and magnitude > 7.5 |d| clamps to 7, error up to |d|)
+//   q4_k, q6_k      no quantizer (read from GGUF files only): quantize() raises unsupported.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/core/tensor_view.hpp"
+
+namespace npullm::ops {
+
+enum class weight_format : std::uint8_t { q8_0, q4_0, q4_k, q6_k, int8_sym, int4_sym };
+
+constexpr std::string_view to_string(weight_format f) noexcept {
+  switch (f) {
+    case weight_format::q8_0: return "q8_0";
+    case weight_format::q4_0: return "q4_0";
+    case weight_format::q4_k: return "q4_k";
+    case weight_format::q6_k: return "q6_k";
+    case weight_format::int8_sym: return "int8_sym";
+    case weight_format::int4_sym: return "int4_sym";
+  }
+  return "unknown";
+}
+
+// The GGUF block formats (self-contained blocks, no separate scales tensor).
+constexpr bool is_block_format(weight_format f) noexcept {
+  return f == weight_format::q8_0 || f == weight_format::q4_0 || f == weight_format::q4_k ||
+         f == weight_format::q6_k;
+}
+
+// Values per block (GGUF formats; 1 for the symmetric ones, whose group is separate).
+constexpr std::size_t block_values(weight_format f) noexcept {
+  switch (f) {
+    case weight_format::q8_0:
+    case weight_format::q4_0: return 32;
+    case weight_format::q4_k:
+    case weight_format::q6_k: return 256;
+    default: return 1;
+  }
+}
+
+// Bytes per block (GGUF formats).
+constexpr std::size_t block_bytes(weight_format f) noexcept {
+  switch (f) {
+    case weight_format::q8_0: return 34;
+    case weight_format::q4_0: return 18;
+    case weight_format::q4_k: return 144;
+    case weight_format::q6_k: return 210;
+    default: return 0;
+  }
+}
+
+// Bytes of one row of `cols` values in data (scales excluded).
+constexpr std::size_t row_bytes(weight_format f, std::size_t cols) noexcept {
+  if (f == weight_format::int8_sym) return cols;
+  if (f == weight_format::int4_sym) return (cols + 1) / 2;
+  return cols / block_values(f) * block_bytes(f);
+}
+
+// A quantized (rows = N, cols = K) matrix: a zero-copy view of its bytes, checked at
+// construction (from a GGUF tensor: format, shape, data; from a safetensors pair: the int8 /
+// packed int4 tensor and its scales tensor).
+struct quantized_view {
+  weight_format format = weight_format::q8_0;
+  std::size_t rows = 0, cols = 0;     // N, K
+  std::size_t group = 0;              // *_sym: values per scale along K (32, 64, 128 or K)
+  dtype scale_type = dtype::f32;      // *_sym: f16 or f32
+  std::span<const std::byte> data;    // rows * row_bytes(format, cols)
+  std::span<const std::byte> scales;  // *_sym: (rows, cols / group) of scale_type; else empty
+
+  quantized_view() = default;
+  // GGUF block formats: K a multiple of the block (invalid_shape), data of exactly the size the
+  // shape implies (corrupt_data).
+  quantized_view(weight_format f, std::size_t n, std::size_t k, std::span<const std::byte> bytes)
+      : format(f), rows(n), cols(k), data(bytes) {
+    if (!is_block_format(f)) {
+      raise(error_code::invalid_argument, "quantized_view: ", to_string(f),
+            " needs a scales tensor, a group size and a scale type");
+    }
+    check();
+  }
+  // Symmetric formats: group 32, 64, 128 or K (invalid_argument), K divisible by the group
+  // (invalid_shape), scale type f16 or f32 (unsupported), data and scales of exactly the sizes
+  // the shape implies (corrupt_data).
+  quantized_view(weight_format f, std::size_t n, std::size_t k, std::span<const std::byte> bytes,
+                 std::span<const std::byte> scale_bytes, std::size_t g, dtype st)
+      : format(f), rows(n), cols(k), group(g), scale_type(st), data(bytes), scales(scale_bytes) {
+    if (is_block_format(f)) {
+      raise(error_code::invalid_argument, "quantized_view: ", to_string(f),
+            " has its scales inside its blocks (no scales tensor, group or scale type)");
+    }
+    check();
+  }
+
+  [[nodiscard]] std::size_t row_bytes() const noexcept { return ops::row_bytes(format, cols); }
+  // Scales per row (*_sym): K / G.
+  [[nodiscard]] std::size_t groups() const noexcept { return group ? cols / group : 0; }
+
+  // The scale of row n, group g (*_sym).
+  [[nodiscard]] float scale(std::size_t n, std::size_t g) const noexcept {
+    const std::byte* p = scales.data() + (n * groups() + g) * size_of(scale_type);
+    if (scale_type == dtype::f16) {
+      std::uint16_t h;
+      std::memcpy(&h, p, 2);
+      return static_cast<float>(float16::from_bits(h));
+    }
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+
+ private:
+  void check() const {
+    if (is_block_format(format)) {
+      if (cols % block_values(format) != 0) {
+        raise(error_code::invalid_shape, "quantized_view: ", to_string(format), " K = ", cols,
+              " is not a multiple of its block of ", block_values(format));
+      }
+    } else {
+      if (group != 32 && group != 64 && group != 128 && group != cols) {
+        raise(error_code::invalid_argument, "quantized_view: ", to_string(format), " group ", group,
+              " (want 32, 64, 128 or K = ", cols, ")");
+      }
+      if (group == 0 || cols % group != 0) {
+        raise(error_code::invalid_shape, "quantized_view: ", to_string(format), " K = ", cols,
+              " is not a multiple of the group ", group);
+      }
+      if (scale_type != dtype::f16 && scale_type != dtype::f32) {
+        raise(error_code::unsupported, "quantized_view: scale type ", to_string(scale_type),
+              " (want f16 or f32)");
+      }
+      const std::size_t want = rows * (cols / group) * size_of(scale_type);
+      if (scales.size() != want) {
+        raise(error_code::corrupt_data, "quantized_view: ", to_string(format), " [", rows, ", ",
+              cols, "] group ", group, " has ", scales.size(), " bytes of ", to_string(scale_type),
+              " scales, want ", want);
+      }
+    }
+    const std::size_t want = rows * row_bytes();
+    if (data.size() != want) {
+      raise(error_code::corrupt_data, "quantized_view: ", to_string(format), " [", rows, ", ", cols,
+            "] has ", data.size(), " bytes, want ", want);
+    }
+  }
+};
+
+namespace quant_detail {
+
+inline float load_f16(const std::byte* p) noexcept {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(float16::from_bits(h));
+}
+
+inline void store_f16(std::byte* p, float16 v) noexcept {
+  const std::uint16_t h = v.bits();
+  std::memcpy(p, &h, 2);
+}
+
+// Q4_K's six-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
+inline void q4_k_scale_min(const std::uint8_t* s, std::size_t j, int& sc, int& m) noexcept {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// One 32-value piece of row n, piece j (values 32j .. 32j + 31), as signed integer codes q and
+// float factors with value[i] = scale[i / 16] * q[i] - offset (offset: q4_k's min, else 0).
+// The kernels' panel packing and the dequantize reference both read the formats through this.
+// Symmetric formats need K % 32 == 0 and G % 32 == 0 here (the piece lies in one group).
+struct piece {
+  std::int8_t q[32];
+  float scale[2];  // scale of values 0..15, 16..31 (equal except q6_k)
+  float offset;    // subtracted from every value (q4_k: dmin * m)
+};
+
+inline void decode_piece(const quantized_view& w, std::size_t n, std::size_t j,
+                         piece& out) noexcept {
+  const std::byte* row = w.data.data() + n * w.row_bytes();
+  const auto* u8 = reinterpret_cast<const std::uint8_t*>(row);
+  out.offset = 0.0f;
+  switch (w.format) {
+    case weight_format::q8_0: {
+      const std::byte* b = row + j * 34;
+      out.scale[0] = out.scale[1] = load_f16(b);
+      std::memcpy(out.q, b + 2, 32);
+      return;
+    }
+    case weight_format::q4_0: {
+      const std::byte* b = row + j * 18;
+      out.scale[0] = out.scale[1] = load_f16(b);
+      const auto* nib = reinterpret_cast<const std::uint8_t*>(b + 2);
+      for (int i = 0; i < 16; ++i) {
+        out.q[i] = static_cast<std::int8_t>((nib[i] & 0xF) - 8);
+        out.q[i + 16] = static_cast<std::int8_t>((nib[i] >> 4) - 8);
+      }
+      return;
+    }
+    case weight_format::q4_k: {
+      const std::size_t sb = j / 8, sub = j % 8;
+      const std::byte* b = row + sb * 144;
+      const float d = load_f16(b), dmin = load_f16(b + 2);
+      const auto* s = reinterpret_cast<const std::uint8_t*>(b + 4);
+      int sc, m;
+      q4_k_scale_min(s, sub, sc, m);
+      out.scale[0] = out.scale[1] = d * static_cast<float>(sc);
+      out.offset = dmin * static_cast<float>(m);
+      const auto* nib = reinterpret_cast<const std::uint8_t*>(b + 16) + 32 * (sub / 2);
+      const int shift = (sub % 2) * 4;
+      for (int i = 0; i < 32; ++i) out.q[i] = static_cast<std::int8_t>((nib[i] >> shift) & 0xF);
+      return;
+    }
+    case weight_format::q6_k: {
+      const std::size_t sb = j / 8, e0 = (j % 8) * 32;  // first value within the super-block
+      const auto* b = u8 + sb * 210;
+      const std::size_t h = e0 / 128, quarter = (e0 % 128) / 32;  // half, 32-value quarter
+      const std::uint8_t* ql = b + 64 * h + (quarter % 2) * 32;
+      const std::uint8_t* qh = b + 128 + 32 * h;
+      const int lo_shift = static_cast<int>(quarter / 2) * 4;
+      const int hi_shift = static_cast<int>(quarter) * 2;
+      for (int l = 0; l < 32; ++l) {
+        const int q = ((ql[l] >> lo_shift) & 0xF) | (((qh[l] >> hi_shift) & 3) << 4);
+        out.q[l] = static_cast<std::int8_t>(q - 32);
+      }
+      const float d = load_f16(reinterpret_cast<const std::byte*>(b + 208));
+      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+      out.scale[0] = d * static_cast<float>(sc[e0 / 16]);
+      out.scale[1] = d * static_cast<float>(sc[e0 / 16 + 1]);
+      return;
+    }
+    case weight_format::int8_sym: {
+      out.scale[0] = out.scale[1] = w.scale(n, j * 32 / w.group);
+      std::memcpy(out.q, row + j * 32, 32);
+      return;
+    }
+    case weight_format::int4_sym: {
+      out.scale[0] = out.scale[1] = w.scale(n, j * 32 / w.group);
+      const std::uint8_t* p = u8 + j * 16;
+      for (int i = 0; i < 16; ++i) {
+        out.q[2 * i] = static_cast<std::int8_t>(static_cast<std::int8_t>(p[i] << 4) >> 4);
+        out.q[2 * i + 1] = static_cast<std::int8_t>(static_cast<std::int8_t>(p[i]) >> 4);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace quant_detail
+
+// Row n of W as f32 (out: K values), exactly as the format defines each value.
+inline void dequantize_row(const quantized_view& w, std::size_t n, std::span<float> out) {
+  if (n >= w.rows || out.size() != w.cols) {
+    raise(error_code::invalid_shape, "dequantize_row: row ", n, " of ", w.rows, " into ",
+          out.size(), " values (want ", w.cols, ")");
+  }
+  if (!is_block_format(w.format)) {  // any K, any group: element by element
+    const auto* u8 = reinterpret_cast<const std::uint8_t*>(w.data.data() + n * w.row_bytes());
+    for (std::size_t k = 0; k < w.cols; ++k) {
+      int q;
+      if (w.format == weight_format::int8_sym) {
+        q = static_cast<std::int8_t>(u8[k]);
+      } else {
+        const std::uint8_t b = u8[k / 2];
+        q = k % 2 == 0 ? static_cast<std::int8_t>(b << 4) >> 4 : static_cast<std::int8_t>(b) >> 4;
+      }
+      out[k] = static_cast<float>(q) * w.scale(n, k / w.group);
+    }
+    return;
+  }
+  quant_detail::piece p;
+  for (std::size_t j = 0; j < w.cols / 32; ++j) {
+    quant_detail::decode_piece(w, n, j, p);
+    for (std::size_t i = 0; i < 32; ++i) {
+      const float v = p.scale[i / 16] * static_cast<float>(p.q[i]);
+      out[32 * j + i] = w.format == weight_format::q4_k ? v - p.offset : v;
+    }
+  }
+}
+
+// W as f32: out (N, K).
+inline void dequantize(const quantized_view& w, dense_view<float, 2> out) {
+  if (out.extent(0) != w.rows || out.extent(1) != w.cols) {
+    raise(error_code::invalid_shape, "dequantize: ", to_string(w.format), " [", w.rows, ", ",
+          w.cols, "] into ", npullm::detail::format_extents(out.extents()));
+  }
+  for (std::size_t n = 0; n < w.rows; ++n)
+    dequantize_row(w, n, std::span<float>(out.data_handle() + n * w.cols, w.cols));
+}
+
+// An owning quantized matrix: its bytes and the view over them. Move-only (the view points
+// into the owned vectors, which moving keeps in place).
+class quantized_matrix {
+ public:
+  quantized_matrix() = default;
+  quantized_matrix(const quantized_matrix&) = delete;
+  quantized_matrix& operator=(const quantized_matrix&) = delete;
+  quantized_matrix(quantized_matrix&&) noexcept = default;
+  quantized_matrix& operator=(quantized_matrix&&) noexcept = default;
+
+  [[nodiscard]] const quantized_view& view() const noexcept { return view_; }
+  [[nodiscard]] std::span<const std::byte> data() const noexcept { return data_; }
+  [[nodiscard]] std::span<const std::byte> scales() const noexcept { return scales_; }
+  // Bytes a kernel reads: data and scales.
+  [[nodiscard]] std::size_t bytes() const noexcept { return data_.size() + scales_.size(); }
+
+ private:
+  friend quantized_matrix quantize(dense_view<const float, 2>, weight_format, std::size_t, dtype);
+  std::vector<std::byte> data_, scales_;
+  quantized_view view_;
+};
+
+namespace quant_detail {
+
+// An f16 scale >= s / 1 (rounded to nearest, then up one step if that fell below s), so that
+// codes computed against it stay within range.
+inline float16 f16_scale_at_least(float s) noexcept {
+  float16 h(s);
+  if (static_cast<float>(h) < s) h = float16::from_bits(static_cast<std::uint16_t>(h.bits() + 1));
+  return h;
+}
+
+inline int round_code(float x, float inv, int lo, int hi) noexcept {
+  const int q = static_cast<int>(std::nearbyint(x * inv));
+  return std::clamp(q, lo, hi);
+}
+
+}  // namespace quant_detail
+
+// Quantizes w (N, K) f32 to `format` by rounding to nearest (see the top of this file).
+// group and scale_type apply to *_sym only (group 32, 64, 128 or K; scale f16 or f32);
+// q4_k / q6_k: unsupported (no quantizer).
+inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format format,
+                                 std::size_t group = 0, dtype scale_type = dtype::f16) {
+  const std::size_t n = w.extent(0), k = w.extent(1);
+  if (format == weight_format::q4_k || format == weight_format::q6_k) {
+    raise(error_code::unsupported, "quantize: no quantizer for ", to_string(format),
+          " (read it from a GGUF file)");
+  }
+  if (is_block_format(format) && k % 32 != 0) {
+    raise(error_code::invalid_shape, "quantize: ", to_string(format), " K = ", k,
+          " is not a multiple of its block of 32");
+  }
+  if (!is_block_format(format)) {
+    if (group != 32 && group != 64 && group != 128 && group != k) {
+      raise(error_code::invalid_argument, "quantize: ", to_string(format), " group ", group,
+            " (want 32, 64, 128 or K = ", k, ")");
+    }
+    if (group == 0 || k % group != 0) {
+      raise(error_code::invalid_shape, "quantize: ", to_string(format), " K = ", k,
+            " is not a multiple of the group ", group);
+    }
+    if (scale_type != dtype::f16 && scale_type != dtype::f32) {
+      raise(error_code::unsupported, "quantize: scale type ", to_string(scale_type),
+            " (want f16 or f32)");
+    }
+  }
+  quantized_matrix out;
+  const std::size_t rb = row_bytes(format, k);
+  out.data_.assign(n * rb, std::byte{0});
+  const float* src = w.data_handle();
+  const auto ld = static_cast<std::size_t>(w.stride(0));
+  if (w.stride(1) != 1) raise(error_code::unsupported, "quantize: rows of w must be dense");
+  if (is_block_format(format)) {
+    const std::size_t bb = block_bytes(format);
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t j = 0; j < k / 32; ++j) {
+        const float* x = src + r * ld + 32 * j;
+        std::byte* b = out.data_.data() + r * rb + j * bb;
+        float amax = 0.0f, extreme = 0.0f;
+        for (int i = 0; i < 32; ++i) {
+          if (std::fabs(x[i]) > amax) {
+            amax = std::fabs(x[i]);
+            extreme = x[i];
+          }
+        }
+        if (format == weight_format::q8_0) {
+          const float16 d = quant_detail::f16_scale_at_least(amax / 127.0f);
+          const float df = static_cast<float>(d), inv = df != 0.0f ? 1.0f / df : 0.0f;
+          quant_detail::store_f16(b, d);
+          for (int i = 0; i < 32; ++i) {
+            b[2 + i] = static_cast<std::byte>(
+                static_cast<std::int8_t>(quant_detail::round_code(x[i], inv, -127, 127)));
+          }
+        } else {  // q4_0: d = -extreme / 8 (rounded away from zero to an f16)
+          const float16 mag = quant_detail::f16_scale_at_least(amax / 8.0f);
+          const float16 d(extreme > 0 ? -static_cast<float>(mag) : static_cast<float>(mag));
+          const float df = static_cast<float>(d), inv = df != 0.0f ? 1.0f / df : 0.0f;
+          quant_detail::store_f16(b, d);
+          for (int i = 0; i < 16; ++i) {
+            const int lo = quant_detail::round_code(x[i], inv, -8, 7) + 8;
+            const int hi = quant_detail::round_code(x[i + 16], inv, -8, 7) + 8;
+            b[2 + i] = static_cast<std::byte>(lo | (hi << 4));
+          }
+        }
+      }
+    }
+    out.view_ = quantized_view(format, n, k, out.data_);
+    return out;
+  }
+  const std::size_t groups = k / group, ss = size_of(scale_type);
+  out.scales_.assign(n * groups * ss, std::byte{0});
+  const int qmax = format == weight_format::int8_sym ? 127 : 7;
+  for (std::size_t r = 0; r < n; ++r) {
+    auto* row = reinterpret_cast<std::uint8_t*>(out.data_.data() + r * rb);
+    for (std::size_t g = 0; g < groups; ++g) {
+      const float* x = src + r * ld + g * group;
+      float amax = 0.0f;
+      for (std::size_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[i]));
+      float s = amax / static_cast<float>(qmax);
+      std::byte* sp = out.scales_.data() + (r * groups + g) * ss;
+      if (scale_type == dtype::f16) {
+        const float16 h = quant_detail::f16_scale_at_least(s);
+        quant_detail::store_f16(sp, h);
+        s = static_cast<float>(h);
+      } else {
+        std::memcpy(sp, &s, 4);
+      }
+      const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+      for (std::size_t i = 0; i < group; ++i) {
+        const int q = quant_detail::round_code(x[i], inv, -qmax, qmax);
+        const std::size_t kk = g * group + i;
+        if (format == weight_format::int8_sym) {
+          row[kk] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q));
+        } else {
+          const auto nib = static_cast<std::uint8_t>(q & 0xF);
+          row[kk / 2] = static_cast<std::uint8_t>(row[kk / 2] | (kk % 2 == 0 ? nib : nib << 4));
+        }
+      }
+    }
+  }
+  out.view_ = quantized_view(format, n, k, out.data_, out.scales_, group, scale_type);
+  return out;
+}
+
+}  // namespace npullm::ops

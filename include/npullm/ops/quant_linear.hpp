@@ -1,0 +1,739 @@
+// linear over quantized weights: y (M, N) = x (M, K) f32 · W^T (+ bias), W a quantized_view
+// (ops/quant.hpp) read block by block, never through a dequantized copy.
+//
+// As llama.cpp does, x is quantized once per call to int8 codes per block of 32 (f32 scale
+// dx = absmax / 127, round to nearest; plus dx · Σ codes per half block, for the formats whose
+// values carry an offset or a min), then each 32-value piece of W is an integer dot product of
+// its codes with x's codes, scaled in f32 by the piece's scale(s) and dx and accumulated in f32:
+//
+//   Σ_k w_k x_k ≈ Σ_pieces [ dx · Σ_lanes s_lane · dot_lane  −  o · dx · Σ_k xq_k ]
+//
+// where the piece's value is w = s · u − o with u the unsigned codes the kernel multiplies
+// (q4_0: nibble, o = 8d; int4_sym: nibble xor 8, o = 8s; q4_k: nibble, s = d·sc, o = dmin·m;
+// q6_k: 6-bit code, o = 32s per 16; q8_0 / int8_sym with VNNI: code + 128, o = 128d). The only
+// error beyond f32 rounding is x's rounding: |err| <= Σ_k |w_k| · dx_block(k) / 2.
+//
+// Paths (the integer dot product per ISA: AVX-512 VNNI / AVX-VNNI `vpdpbusd` where the
+// compiler targets them, else AVX2 `vpmaddubsw` + `vpmaddwd`; portable: scalar integers):
+//   M <= 16 (GEMV)  W read in place, row by row, each row once (x's rows in groups of up to 4
+//                   share the unpacked piece; the row stays in L1 across groups): one 32-byte
+//                   register of codes per piece, unpacked with shifts and masks, its dot product
+//                   with each row of x, 8 f32 lanes per row reduced at the end of the W row.
+//                   The int8 formats without VNNI use the sign trick (|w| · sign(x, w)), since
+//                   maddubs's u8 operand cannot hold w + 128 without saturating the i16 sums.
+//   M > 16 (GEMM)   per panel of P output columns (AVX-512 VNNI: 32, else 8) the W rows are
+//                   decoded once per call into an L1/L2-resident interleaved panel: for each
+//                   piece, 8 chunks of (P columns × 4 codes) as signed int8, plus per-column
+//                   scales and integer corrections; then a micro-kernel of MR rows of x × P
+//                   columns broadcasts 4 codes of x (as u8: code + 128) and takes one dot
+//                   product per chunk for all P columns at once: no horizontal sums, and W's
+//                   decode cost is shared by all M rows. (Σ (xq + 128) w = Σ xq w + 128 Σ w:
+//                   the panel carries −128 Σ w per column as the accumulator's start.)
+//   portable        the same two shapes in scalar integer code (pieces decoded one by one).
+// No f32 dequantize-in-register path was written (so none was measured against the integer
+// paths). GEMM decodes each panel per call (see bench_quant: that decode is ~45% of GEMM time).
+// K must be a multiple of 32 (every format; a symmetric format's group too).
+// Threads split N into contiguous parts; results do not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/simd.hpp"
+#include "npullm/core/tensor_view.hpp"
+#include "npullm/ops/quant.hpp"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {
+namespace detail {
+
+using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, q4_k_scale_min
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define NPULLM_QUANT_VNNI512 1
+#endif
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define NPULLM_QUANT_VNNI256 1
+#endif
+
+// The integer dot-product instruction this build's quantized kernels use.
+constexpr std::string_view quant_dot_name() noexcept {
+#if defined(NPULLM_QUANT_VNNI512)
+  return "avx512-vnni vpdpbusd";
+#elif defined(NPULLM_QUANT_VNNI256)
+  return "avx-vnni vpdpbusd";
+#elif defined(__AVX2__)
+  return "avx2 vpmaddubsw+vpmaddwd";
+#else
+  return "scalar";
+#endif
+}
+
+inline constexpr std::size_t quant_gemv_max_m = 16;
+
+// ---- activations: x rows quantized per block of 32 -------------------------------------------
+
+// codes: (M, K) int8 (or u8 = code + 128 when `biased`); d: (M, K/32) scales;
+// sums: (M, K/32, 2) dx · Σ codes over values 0..15 and 16..31 of the block (natural order).
+struct quantized_activations {
+  std::size_t m = 0, k = 0, blocks = 0;
+  std::vector<std::int8_t> codes;
+  std::vector<float> d;
+  std::vector<float> sums;
+};
+
+// pair_split: store each block as its 16 even values then its 16 odd ones (int4_sym's nibble
+// order, so that GEMV unpacks a byte's two nibbles to positions i and i + 16, as for q4_0).
+inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::size_t k,
+                                 bool pair_split, bool biased, quantized_activations& out) {
+  out.m = m;
+  out.k = k;
+  out.blocks = k / 32;
+  out.codes.resize(m * k);
+  out.d.resize(m * out.blocks);
+  out.sums.resize(m * out.blocks * 2);
+  for (std::size_t r = 0; r < m; ++r) {
+    for (std::size_t j = 0; j < out.blocks; ++j) {
+      const float* xb = x + r * ldx + 32 * j;
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      std::int8_t q[32];
+      int s0 = 0, s1 = 0;
+      for (int i = 0; i < 32; ++i) {
+        // Round half away from zero; |x · inv| <= 127 (inv from the same amax).
+        const float v = xb[i] * inv;
+        const int c = static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f));
+        q[i] = static_cast<std::int8_t>(std::clamp(c, -127, 127));
+        (i < 16 ? s0 : s1) += q[i];
+      }
+      std::int8_t* dst = out.codes.data() + r * k + 32 * j;
+      for (int i = 0; i < 32; ++i) {
+        const std::int8_t c = pair_split ? q[i < 16 ? 2 * i : 2 * (i - 16) + 1] : q[i];
+        dst[i] = biased ? static_cast<std::int8_t>(static_cast<std::uint8_t>(c) ^ 0x80u) : c;
+      }
+      out.d[r * out.blocks + j] = d;
+      out.sums[(r * out.blocks + j) * 2] = d * static_cast<float>(s0);
+      out.sums[(r * out.blocks + j) * 2 + 1] = d * static_cast<float>(s1);
+    }
+  }
+}
+
+// Scales of row n per 32-value piece (symmetric formats), as f32.
+inline void piece_scales(const quantized_view& w, std::size_t n, std::vector<float>& out) {
+  out.resize(w.cols / 32);
+  const std::size_t groups = w.groups(), per = w.group / 32;  // pieces per group
+  const std::byte* p = w.scales.data() + n * groups * size_of(w.scale_type);
+  for (std::size_t g = 0; g < groups; ++g) {
+    float s;
+    if (w.scale_type == dtype::f16) {
+      s = load_f16(p + 2 * g);
+    } else {
+      std::memcpy(&s, p + 4 * g, 4);
+    }
+    std::fill_n(out.data() + g * per, per, s);
+  }
+}
+
+// Whether the GEMV reads this format's int8 codes through the sign trick (no VNNI).
+constexpr bool sign_trick(weight_format f) noexcept {
+#if defined(NPULLM_QUANT_VNNI256)
+  (void)f;
+  return false;
+#else
+  return f == weight_format::q8_0 || f == weight_format::int8_sym;
+#endif
+}
+
+#if defined(__AVX2__)
+// ---- 256-bit GEMV ------------------------------------------------------------------------
+
+// Σ over groups of 4 of u (u8) · s (s8): 8 int32 lanes.
+inline __m256i dot_u8s8(__m256i u, __m256i s) noexcept {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+  // |u · s| pairs: <= 2 · 255 · 127 within i16 only for u <= 128 (the callers' codes are).
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+inline float hsum(__m256 v) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// One piece as the GEMV multiplies it: u (u8 codes, or |w| with the sign trick), sign (w, for
+// the sign trick), lane scales (lanes 0-3: values 0..15, 4-7: 16..31), offsets o0, o1 per half.
+struct gemv_piece {
+  __m256i u, sign;
+  __m256 scale;
+  float o0, o1;
+};
+
+inline __m256i nibbles_lo_hi(const void* p) noexcept {  // 16 bytes -> 32 nibbles (lo | hi)
+  const __m128i b = _mm_loadu_si128(static_cast<const __m128i*>(p));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+inline void int8_piece(const void* p, float s, gemv_piece& g) noexcept {
+  const __m256i w = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+  g.scale = _mm256_set1_ps(s);
+#if defined(NPULLM_QUANT_VNNI256)
+  g.u = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
+  g.o0 = g.o1 = 128.0f * s;
+#else
+  g.u = _mm256_abs_epi8(w);
+  g.sign = w;
+  g.o0 = g.o1 = 0.0f;
+#endif
+}
+
+// Calls fn(j, piece) for every 32-value piece j of row n, in order.
+template <weight_format F, class Fn>
+[[gnu::always_inline]] inline void for_each_piece(const quantized_view& w, std::size_t n,
+                                                  const float* sym_scales, Fn&& fn) {
+  const std::byte* row = w.data.data() + n * w.row_bytes();
+  const std::size_t pieces = w.cols / 32;
+  gemv_piece g;
+  if constexpr (F == weight_format::q4_0) {
+    for (std::size_t j = 0; j < pieces; ++j) {
+      const std::byte* b = row + 18 * j;
+      const float d = load_f16(b);
+      g.u = nibbles_lo_hi(b + 2);
+      g.scale = _mm256_set1_ps(d);
+      g.o0 = g.o1 = 8.0f * d;
+      fn(j, g);
+    }
+  } else if constexpr (F == weight_format::int4_sym) {
+    for (std::size_t j = 0; j < pieces; ++j) {
+      const float s = sym_scales[j];
+      // Two's complement nibble xor 8 = code + 8 (0..15); x is stored evens | odds.
+      g.u = _mm256_xor_si256(nibbles_lo_hi(row + 16 * j), _mm256_set1_epi8(0x08));
+      g.scale = _mm256_set1_ps(s);
+      g.o0 = g.o1 = 8.0f * s;
+      fn(j, g);
+    }
+  } else if constexpr (F == weight_format::q8_0) {
+    for (std::size_t j = 0; j < pieces; ++j) {
+      const std::byte* b = row + 34 * j;
+      int8_piece(b + 2, load_f16(b), g);
+      fn(j, g);
+    }
+  } else if constexpr (F == weight_format::int8_sym) {
+    for (std::size_t j = 0; j < pieces; ++j) {
+      int8_piece(row + 32 * j, sym_scales[j], g);
+      fn(j, g);
+    }
+  } else if constexpr (F == weight_format::q4_k) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (std::size_t sb = 0; sb < pieces / 8; ++sb) {
+      const std::byte* b = row + 144 * sb;
+      const float d = load_f16(b), dmin = load_f16(b + 2);
+      const auto* s = reinterpret_cast<const std::uint8_t*>(b + 4);
+      for (std::size_t c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * c));
+        for (std::size_t h = 0; h < 2; ++h) {
+          int sc, mn;
+          q4_k_scale_min(s, 2 * c + h, sc, mn);
+          g.u = _mm256_and_si256(h == 0 ? v : _mm256_srli_epi16(v, 4), low4);
+          g.scale = _mm256_set1_ps(d * static_cast<float>(sc));
+          g.o0 = g.o1 = dmin * static_cast<float>(mn);
+          fn(8 * sb + 2 * c + h, g);
+        }
+      }
+    }
+  } else if constexpr (F == weight_format::q6_k) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    for (std::size_t sb = 0; sb < pieces / 8; ++sb) {
+      const auto* b = reinterpret_cast<const std::uint8_t*>(row + 210 * sb);
+      const float d = load_f16(reinterpret_cast<const std::byte*>(b + 208));
+      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+      for (std::size_t h = 0; h < 2; ++h) {
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+        // Quarter t: low nibble source, qh bits 2t..2t+1 moved to bits 4-5.
+        const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(l0, low4),
+                                              _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+                              _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                              _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                              _mm256_and_si256(qh, bits45)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+        for (std::size_t t = 0; t < 4; ++t) {
+          const std::size_t p = 4 * h + t;  // piece within the super-block: scales 2p, 2p + 1
+          const float s0 = d * static_cast<float>(sc[2 * p]);
+          const float s1 = d * static_cast<float>(sc[2 * p + 1]);
+          g.u = u[t];
+          g.scale = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+          g.o0 = 32.0f * s0;
+          g.o1 = 32.0f * s1;
+          fn(8 * sb + p, g);
+        }
+      }
+    }
+  }
+}
+
+// y rows [m0, m0 + MR), columns [n0, n1).
+template <weight_format F, std::size_t MR>
+void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
+               std::size_t n0, std::size_t n1, const float* bias, float* y, std::size_t ldy,
+               std::vector<float>& scales) {
+  const std::size_t k = a.k, blocks = a.blocks;
+  const std::int8_t* xq = a.codes.data() + m0 * k;
+  const float* xd = a.d.data() + m0 * blocks;
+  const float* xs = a.sums.data() + m0 * blocks * 2;
+  // Rows ahead to prefetch: ~4 KiB of W in flight beyond what the loop reads. (Measured: the
+  // hardware prefetchers alone left the first load of each piece the hot spot, ~2x slower.)
+  const std::size_t rb = w.row_bytes();
+  const std::size_t ahead = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(rb, 1));
+  for (std::size_t n = n0; n < n1; ++n) {
+    if (n + ahead < n1) {
+      const char* next = reinterpret_cast<const char*>(w.data.data() + (n + ahead) * rb);
+      for (std::size_t off = 0; off < rb; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    }
+    if constexpr (F == weight_format::int8_sym || F == weight_format::int4_sym) {
+      piece_scales(w, n, scales);
+    }
+    // Two accumulators per row of x (even / odd pieces): the f32 adds are not one chain.
+    __m256 acc[MR][2];
+    __m256 off[MR];  // lane 0: Σ o0 · dx Σ xq(0..15), lane 1: Σ o1 · dx Σ xq(16..31)
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+      acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+      off[m] = _mm256_setzero_ps();
+    }
+    for_each_piece<F>(w, n, scales.data(), [&](std::size_t j, const gemv_piece& g) {
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + 32 * j));
+        if constexpr (sign_trick(F)) xv = _mm256_sign_epi8(xv, g.sign);
+        const __m256 dot = _mm256_cvtepi32_ps(dot_u8s8(g.u, xv));
+        __m256& a = acc[m][j & 1];
+        a = _mm256_fmadd_ps(dot, _mm256_mul_ps(g.scale, _mm256_set1_ps(xd[m * blocks + j])), a);
+        if constexpr (!sign_trick(F)) {
+          const __m128 s = _mm_castpd_ps(
+              _mm_load_sd(reinterpret_cast<const double*>(xs + (m * blocks + j) * 2)));
+          const __m128 o = _mm_unpacklo_ps(_mm_set_ss(g.o0), _mm_set_ss(g.o1));
+          off[m] = _mm256_castps128_ps256(_mm_fmadd_ps(o, s, _mm256_castps256_ps128(off[m])));
+        }
+      }
+    });
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+      const __m128 o = _mm256_castps256_ps128(off[m]);
+      const float offset = _mm_cvtss_f32(_mm_add_ss(o, _mm_movehdup_ps(o)));
+      y[m * ldy + n] = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) - offset + (bias ? bias[n] : 0.0f);
+    }
+  }
+}
+
+#else
+// ---- portable GEMV: pieces decoded one by one, integer dot products ------------------------
+
+template <weight_format F, std::size_t MR>
+void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
+               std::size_t n0, std::size_t n1, const float* bias, float* y, std::size_t ldy,
+               std::vector<float>&) {
+  const std::size_t k = a.k, blocks = a.blocks;
+  piece p;
+  for (std::size_t n = n0; n < n1; ++n) {
+    float acc[MR] = {};
+    for (std::size_t j = 0; j < blocks; ++j) {
+      decode_piece(w, n, j, p);
+      for (std::size_t m = 0; m < MR; ++m) {
+        const std::int8_t* xq = a.codes.data() + (m0 + m) * k + 32 * j;
+        std::int32_t d0 = 0, d1 = 0;
+        for (int i = 0; i < 16; ++i) d0 += static_cast<std::int32_t>(p.q[i]) * xq[i];
+        for (int i = 16; i < 32; ++i) d1 += static_cast<std::int32_t>(p.q[i]) * xq[i];
+        const float dx = a.d[(m0 + m) * blocks + j];
+        acc[m] += dx * (p.scale[0] * static_cast<float>(d0) + p.scale[1] * static_cast<float>(d1));
+        if constexpr (F == weight_format::q4_k) {
+          const float* s = a.sums.data() + ((m0 + m) * blocks + j) * 2;
+          acc[m] -= p.offset * (s[0] + s[1]);
+        }
+      }
+    }
+    for (std::size_t m = 0; m < MR; ++m) y[m * ldy + n] = acc[m] + (bias ? bias[n] : 0.0f);
+  }
+}
+#endif
+
+template <weight_format F>
+void gemv(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
+          const float* bias, float* y, std::size_t ldy) {
+  thread_local std::vector<float> scales;
+  std::size_t m = 0;
+  for (; m + 4 <= a.m; m += 4) gemv_rows<F, 4>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);
+  switch (a.m - m) {
+    case 1: return gemv_rows<F, 1>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);
+    case 2: return gemv_rows<F, 2>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);
+    case 3: return gemv_rows<F, 3>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);
+    default: return;
+  }
+}
+
+// ---- GEMM: interleaved int8 panels, one dot product per chunk for all P columns -----------
+
+#if defined(NPULLM_QUANT_VNNI512)
+struct qvec {  // 16 int32 / f32 lanes
+  using i = __m512i;
+  using f = __m512;
+  static constexpr std::size_t lanes = 16;
+  static i load(const void* p) noexcept { return _mm512_loadu_si512(p); }
+  static i bcast4(const std::int8_t* p) noexcept {
+    std::int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static i dot(i acc, i u, i s) noexcept { return _mm512_dpbusd_epi32(acc, u, s); }
+  static f loadf(const float* p) noexcept { return _mm512_loadu_ps(p); }
+  static f set1(float v) noexcept { return _mm512_set1_ps(v); }
+  // (maskz: GCC 12 warns about the unmasked form's undefined pass-through operand)
+  static f cvt(i v) noexcept { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
+  static f fmadd(f a, f b, f c) noexcept { return _mm512_fmadd_ps(a, b, c); }
+  static f fnmadd(f a, f b, f c) noexcept { return _mm512_fnmadd_ps(a, b, c); }
+  static f mul(f a, f b) noexcept { return _mm512_mul_ps(a, b); }
+  static f zerof() noexcept { return _mm512_setzero_ps(); }
+  static void storef(float* p, f v) noexcept { _mm512_storeu_ps(p, v); }
+};
+inline constexpr std::size_t gemm_vectors = 2;  // P = 32 columns
+inline constexpr std::size_t gemm_rows = 6;     // MR: 12 int + 12 f32 accumulators
+#elif defined(__AVX2__)
+struct qvec {  // 8 int32 / f32 lanes
+  using i = __m256i;
+  using f = __m256;
+  static constexpr std::size_t lanes = 8;
+  static i load(const void* p) noexcept { return _mm256_loadu_si256(static_cast<const i*>(p)); }
+  static i bcast4(const std::int8_t* p) noexcept {
+    std::int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
+#if defined(NPULLM_QUANT_VNNI256)
+  static i dot(i acc, i u, i s) noexcept {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+  }
+#endif
+  static f loadf(const float* p) noexcept {
+    return _mm256_loadu_ps(p);
+  }
+  static f set1(float v) noexcept {
+    return _mm256_set1_ps(v);
+  }
+  static f cvt(i v) noexcept {
+    return _mm256_cvtepi32_ps(v);
+  }
+  static f fmadd(f a, f b, f c) noexcept {
+    return _mm256_fmadd_ps(a, b, c);
+  }
+  static f fnmadd(f a, f b, f c) noexcept {
+    return _mm256_fnmadd_ps(a, b, c);
+  }
+  static f mul(f a, f b) noexcept {
+    return _mm256_mul_ps(a, b);
+  }
+  static f zerof() noexcept {
+    return _mm256_setzero_ps();
+  }
+  static void storef(float* p, f v) noexcept {
+    _mm256_storeu_ps(p, v);
+  }
+};
+inline constexpr std::size_t gemm_vectors = 1;  // P = 8 columns
+inline constexpr std::size_t gemm_rows = 4;
+#endif
+
+#if defined(__AVX2__)
+inline constexpr std::size_t panel_cols = gemm_vectors * qvec::lanes;
+
+// Whether the GEMM multiplies int8 codes through the sign trick (AVX2 without VNNI: x as u8
+// code + 128 times w up to ±128 would saturate maddubs's i16 pair sums).
+constexpr bool gemm_sign_trick(weight_format f) noexcept {
+#if defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QUANT_VNNI512)
+  (void)f;
+  return false;
+#else
+  return f == weight_format::q8_0 || f == weight_format::int8_sym;
+#endif
+}
+
+// W rows [n0, n0 + cols) decoded as interleaved codes: for piece j, chunk t (values 4t..4t+3),
+// column c: codes[((j · 8 + t) · P + c) · 4 + 0..3]; per piece and half h: start[j][h][c] =
+// −128 · Σ codes of the half (0 with the sign trick), scale[j][h][c]; offset[j][c] (q4_k).
+// Columns past cols are zero.
+struct gemm_panel {
+  std::vector<std::int8_t> codes;
+  std::vector<std::int32_t> start;
+  std::vector<float> scale, offset;
+};
+
+inline void pack_panel(const quantized_view& w, std::size_t n0, std::size_t cols, bool biased_x,
+                       gemm_panel& p) {
+  constexpr std::size_t P = panel_cols;
+  const std::size_t pieces = w.cols / 32;
+  p.codes.assign(pieces * 32 * P, 0);
+  p.start.assign(pieces * 2 * P, 0);
+  p.scale.assign(pieces * 2 * P, 0.0f);
+  p.offset.assign(pieces * P, 0.0f);
+  piece pc;
+  for (std::size_t c = 0; c < cols; ++c) {
+    for (std::size_t j = 0; j < pieces; ++j) {
+      decode_piece(w, n0 + c, j, pc);
+      std::int32_t s0 = 0, s1 = 0;
+      for (std::size_t i = 0; i < 32; ++i) {
+        p.codes[((j * 8 + i / 4) * P + c) * 4 + i % 4] = pc.q[i];
+        (i < 16 ? s0 : s1) += pc.q[i];
+      }
+      if (biased_x) {
+        p.start[(j * 2) * P + c] = -128 * s0;
+        p.start[(j * 2 + 1) * P + c] = -128 * s1;
+      }
+      p.scale[(j * 2) * P + c] = pc.scale[0];
+      p.scale[(j * 2 + 1) * P + c] = pc.scale[1];
+      p.offset[j * P + c] = pc.offset;
+    }
+  }
+}
+
+// int32 += dot of 4 x codes (broadcast) with the chunk's P × 4 codes.
+template <bool SignTrick>
+[[gnu::always_inline]] inline qvec::i chunk_dot(qvec::i acc, qvec::i x4, qvec::i w) noexcept {
+#if defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QUANT_VNNI512)
+  return qvec::dot(acc, x4, w);
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (SignTrick) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x4, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+  } else {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x4, w), ones));
+  }
+#endif
+}
+
+// y[MR rows, P columns] = x rows · panel (+ bias); cols <= P are stored.
+template <weight_format F, std::size_t MR>
+void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel& p,
+                std::size_t cols, const float* bias, float* y, std::size_t ldy) {
+  constexpr std::size_t V = gemm_vectors, L = qvec::lanes, P = panel_cols;
+  constexpr bool split = F == weight_format::q6_k;  // two scales per piece
+  constexpr bool mins = F == weight_format::q4_k;   // an offset per piece
+  constexpr bool st = gemm_sign_trick(F);
+  const std::size_t k = a.k, blocks = a.blocks;
+  const std::int8_t* xq = a.codes.data() + m0 * k;
+  qvec::f acc[MR][V];
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+    NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) acc[m][v] = qvec::zerof();
+  }
+  for (std::size_t j = 0; j < blocks; ++j) {
+    const std::int8_t* wc = p.codes.data() + j * 8 * P * 4;
+    NPULLM_UNROLL for (std::size_t h = 0; h < (split ? 2 : 1); ++h) {
+      qvec::i iacc[MR][V];
+      qvec::i start[V];
+      NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
+        start[v] = qvec::load(p.start.data() + (j * 2 + h) * P + v * L);
+        if constexpr (!split) {
+#if defined(NPULLM_QUANT_VNNI512)
+          start[v] =
+              _mm512_add_epi32(start[v], qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
+#else
+          start[v] =
+              _mm256_add_epi32(start[v], qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
+#endif
+        }
+      }
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) iacc[m][v] = start[v];
+      }
+      const std::size_t t0 = split ? 4 * h : 0, t1 = split ? t0 + 4 : 8;
+      NPULLM_UNROLL for (std::size_t t = t0; t < t1; ++t) {
+        qvec::i wv[V];
+        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) wv[v] =
+            qvec::load(wc + (t * P + v * L) * 4);
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const qvec::i x4 = qvec::bcast4(xq + m * k + 32 * j + 4 * t);
+          NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
+            iacc[m][v] = chunk_dot<st>(iacc[m][v], x4, wv[v]);
+          }
+        }
+      }
+      qvec::f sc[V];
+      NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) sc[v] =
+          qvec::loadf(p.scale.data() + (j * 2 + h) * P + v * L);
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const qvec::f dx = qvec::set1(a.d[(m0 + m) * blocks + j]);
+        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
+          acc[m][v] = qvec::fmadd(qvec::cvt(iacc[m][v]), qvec::mul(sc[v], dx), acc[m][v]);
+        }
+      }
+    }
+    if constexpr (mins) {
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const float* s = a.sums.data() + ((m0 + m) * blocks + j) * 2;
+        const qvec::f xs = qvec::set1(s[0] + s[1]);
+        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
+          acc[m][v] = qvec::fnmadd(qvec::loadf(p.offset.data() + j * P + v * L), xs, acc[m][v]);
+        }
+      }
+    }
+  }
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+    alignas(64) float out[P];
+    NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) qvec::storef(out + v * L, acc[m][v]);
+    float* ym = y + m * ldy;
+    for (std::size_t c = 0; c < cols; ++c) ym[c] = out[c] + (bias ? bias[c] : 0.0f);
+  }
+}
+
+template <weight_format F, std::size_t MR = gemm_rows - 1>
+inline void gemm_rest(std::size_t rest, const quantized_activations& a, std::size_t m0,
+                      const gemm_panel& p, std::size_t cols, const float* bias, float* y,
+                      std::size_t ldy) {
+  if constexpr (MR > 0) {
+    if (rest == MR) return gemm_micro<F, MR>(a, m0, p, cols, bias, y, ldy);
+    gemm_rest<F, MR - 1>(rest, a, m0, p, cols, bias, y, ldy);
+  }
+}
+
+template <weight_format F>
+void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
+          const float* bias, float* y, std::size_t ldy) {
+  thread_local gemm_panel panel;
+  for (std::size_t c0 = n0; c0 < n1; c0 += panel_cols) {
+    const std::size_t cols = std::min(panel_cols, n1 - c0);
+    pack_panel(w, c0, cols, !gemm_sign_trick(F), panel);
+    const float* b = bias ? bias + c0 : nullptr;
+    std::size_t m = 0;
+    for (; m + gemm_rows <= a.m; m += gemm_rows) {
+      gemm_micro<F, gemm_rows>(a, m, panel, cols, b, y + m * ldy + c0, ldy);
+    }
+    gemm_rest<F>(a.m - m, a, m, panel, cols, b, y + m * ldy + c0, ldy);
+  }
+}
+#else
+template <weight_format F>
+void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
+          const float* bias, float* y, std::size_t ldy) {
+  gemv<F>(w, a, n0, n1, bias, y, ldy);  // the portable shape is the same loop
+}
+#endif
+
+// Which form of x each path multiplies: (pair_split, biased).
+constexpr std::pair<bool, bool> activation_form(weight_format f, bool gemm_path) noexcept {
+#if defined(__AVX2__)
+  if (gemm_path) return {false, !gemm_sign_trick(f)};
+  return {f == weight_format::int4_sym, false};
+#else
+  (void)f;
+  (void)gemm_path;
+  return {false, false};
+#endif
+}
+
+template <weight_format F, threading_policy Policy>
+void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, std::size_t m,
+                      const float* bias, float* y, std::size_t ldy, const Policy& policy) {
+  const std::size_t n = w.rows, k = w.cols;
+  const bool gemm_path = m > quant_gemv_max_m;
+  thread_local quantized_activations act;
+  const auto [split, biased] = activation_form(F, gemm_path);
+  quantize_activations(x, ldx, m, k, split, biased, act);
+#if defined(__AVX2__)
+  const std::size_t unit = gemm_path ? panel_cols : 16;
+#else
+  const std::size_t unit = 16;
+#endif
+  const std::size_t units = (n + unit - 1) / unit;
+  const std::size_t parts = std::min(units, policy.concurrency() * 4);
+  const quantized_activations& a = act;  // the caller's thread's buffer, read by all
+  policy.parallel_for(parts, [&](std::size_t p) {
+    const std::size_t n0 = std::min(n, chunk_begin(units, parts, p) * unit);
+    const std::size_t n1 = std::min(n, chunk_begin(units, parts, p + 1) * unit);
+    if (gemm_path) {
+      gemm<F>(w, a, n0, n1, bias, y, ldy);
+    } else {
+      gemv<F>(w, a, n0, n1, bias, y, ldy);
+    }
+  });
+}
+
+}  // namespace detail
+
+// y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) quantized; y: (M, N).
+// Checks everything before writing y: shapes (invalid_shape), K % 32 (invalid_shape), dense
+// rows of x and y (unsupported). A call that throws leaves y as it was.
+// (Policy comes first so that linear<W>(...) calls meant for ops/linear.hpp's overloads fail
+// this one's constraint instead of instantiating it with a weight type as a layout.)
+template <threading_policy Policy = serial, class XL, class YL>
+void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_view& w,
+            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
+            const Policy& policy = {}) {
+  const float* b = bias.empty() ? nullptr : bias.data();
+  const std::size_t m = x.extent(0), k = x.extent(1), n = w.rows;
+  if (k != w.cols || y.extent(0) != m || y.extent(1) != n || (b != nullptr && bias.size() != n)) {
+    raise(error_code::invalid_shape, "linear: x ", npullm::detail::format_extents(x.extents()),
+          ", ", to_string(w.format), " W [", n, ", ", w.cols, "], y ",
+          npullm::detail::format_extents(y.extents()), b ? ", bias [" : "",
+          b ? std::to_string(bias.size()) + "]" : "", " (want x [M, K], W [N, K], y [M, N])");
+  }
+  if (k % 32 != 0 || (w.group != 0 && w.group % 32 != 0)) {
+    raise(error_code::invalid_shape, "linear: ", to_string(w.format), " K = ", k, " group ",
+          w.group, ": the quantized kernels need K and the group to be multiples of 32");
+  }
+  if (m > 0 && x.stride(1) != 1) raise(error_code::unsupported, "linear: rows of x must be dense");
+  if (m > 0 && y.stride(1) != 1) raise(error_code::unsupported, "linear: rows of y must be dense");
+  if (m == 0 || n == 0) return;
+  const float* xp = x.data_handle();
+  float* yp = y.data_handle();
+  const auto ldx = static_cast<std::size_t>(x.stride(0));
+  const auto ldy = static_cast<std::size_t>(y.stride(0));
+  if (k == 0) {
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) yp[i * ldy + j] = b ? b[j] : 0.0f;
+    }
+    return;
+  }
+  using F = weight_format;
+  switch (w.format) {
+    case F::q8_0: return detail::run_quant_linear<F::q8_0>(w, xp, ldx, m, b, yp, ldy, policy);
+    case F::q4_0: return detail::run_quant_linear<F::q4_0>(w, xp, ldx, m, b, yp, ldy, policy);
+    case F::q4_k: return detail::run_quant_linear<F::q4_k>(w, xp, ldx, m, b, yp, ldy, policy);
+    case F::q6_k: return detail::run_quant_linear<F::q6_k>(w, xp, ldx, m, b, yp, ldy, policy);
+    case F::int8_sym:
+      return detail::run_quant_linear<F::int8_sym>(w, xp, ldx, m, b, yp, ldy, policy);
+    case F::int4_sym:
+      return detail::run_quant_linear<F::int4_sym>(w, xp, ldx, m, b, yp, ldy, policy);
+  }
+}
+
+template <threading_policy Policy = serial>
+void linear(dense_view<const float, 2> x, const quantized_view& w, dense_view<float, 2> y,
+            std::span<const float> bias = {}, const Policy& policy = {}) {
+  linear<Policy, layout_right, layout_right>(x, w, y, bias, policy);
+}
+
+}  // namespace NPULLM_ISA_NAMESPACE
+}  // namespace npullm::ops

@@ -1,0 +1,404 @@
+// Quantized weight formats (ops/quant.hpp) and the fused kernels (ops/quant_linear.hpp).
+//
+//  - Bit layouts: one hand-built block per format, expected values computed here from the
+//    layout documented in quant.hpp (never by calling the dequantizer twice).
+//  - Quantize -> dequantize: every element within the RTN bound scale / 2 (q4_0's clamped
+//    positive extreme: within |d|), at odd K where the format allows it.
+//  - linear against a double GEMM over the dequantized W at M = 1, 3, 17, 37 (GEMV: M <= 16,
+//    GEMM: M > 16), N = 1, 17, 37, K = 32 · odd and 256 · odd. The kernels quantize each block
+//    of 32 activations to int8 with scale dx = absmax / 127 (error <= dx / 2 per element), so
+//      |y - ref| <= Σ_k |w_k| · dx(block of k) / 2  +  1e-5 · Σ_k |w_k x_k|  +  1e-5
+//    (the first term: activation rounding; the second: f32 accumulation).
+//  - Bad input: the right error code, and y untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "npullm/core/parallel.hpp"
+#include "npullm/core/slice.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/ops/quant.hpp"
+#include "npullm/ops/quant_linear.hpp"
+
+namespace {
+
+using namespace npullm;
+using ops::weight_format;
+
+template <class Fn>
+void expect_code(Fn&& fn, error_code code, const std::string& fragment) {
+  try {
+    fn();
+    FAIL() << "expected npullm::error containing: " << fragment;
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+void put_f16(std::vector<std::byte>& b, std::size_t at, float v) {
+  const std::uint16_t h = float16(v).bits();
+  std::memcpy(b.data() + at, &h, 2);
+}
+
+std::vector<float> dequantized(const ops::quantized_view& w) {
+  std::vector<float> out(w.rows * w.cols);
+  ops::dequantize(w, dense_view<float, 2>(out.data(), w.rows, w.cols));
+  return out;
+}
+
+// ---- bit layouts ----------------------------------------------------------------------------
+
+TEST(QuantLayout, Q8_0) {
+  std::vector<std::byte> b(34);
+  put_f16(b, 0, 0.5f);
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<std::byte>(static_cast<std::int8_t>(i * 8 - 128));
+  const auto v = dequantized(ops::quantized_view(weight_format::q8_0, 1, 32, b));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(v[i], 0.5f * static_cast<float>(i * 8 - 128)) << i;
+}
+
+TEST(QuantLayout, Q4_0) {
+  std::vector<std::byte> b(2 * 18);  // two rows of one block
+  for (int r = 0; r < 2; ++r) {
+    put_f16(b, 18 * r, r == 0 ? 0.25f : -2.0f);
+    for (int i = 0; i < 16; ++i) b[18 * r + 2 + i] = static_cast<std::byte>(i | ((15 - i) << 4));
+  }
+  const auto v = dequantized(ops::quantized_view(weight_format::q4_0, 2, 32, b));
+  for (int r = 0; r < 2; ++r) {
+    const float d = r == 0 ? 0.25f : -2.0f;
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_EQ(v[32 * r + i], static_cast<float>(i - 8) * d) << i;            // low nibbles
+      EXPECT_EQ(v[32 * r + i + 16], static_cast<float>(7 - i) * d) << i + 16;  // high nibbles
+    }
+  }
+}
+
+TEST(QuantLayout, Q4_K) {
+  // Scales and mins up to 63, so that sub-blocks 4..7 need the two high bits kept in s[0..7].
+  int sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = j < 4 ? j + 1 : 40 + j;
+    mn[j] = j < 4 ? 2 * j : 50 + j;
+  }
+  std::vector<std::byte> b(144);
+  put_f16(b, 0, 1.0f);  // d
+  put_f16(b, 2, 0.5f);  // dmin
+  std::uint8_t s[12];
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<std::uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<std::uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+  std::memcpy(b.data() + 4, s, 12);
+  for (int t = 0; t < 128; ++t) b[16 + t] = static_cast<std::byte>((t * 37 + 11) & 0xFF);
+  const auto v = dequantized(ops::quantized_view(weight_format::q4_k, 1, 256, b));
+  for (int j = 0; j < 8; ++j) {
+    for (int i = 0; i < 32; ++i) {
+      const int byte = (32 * (j / 2) + i) * 37 + 11;
+      const int q = j % 2 == 0 ? byte & 0xF : (byte & 0xFF) >> 4;
+      const float want =
+          static_cast<float>(sc[j]) * static_cast<float>(q) - 0.5f * static_cast<float>(mn[j]);
+      EXPECT_EQ(v[32 * j + i], want) << j << " " << i;
+    }
+  }
+}
+
+TEST(QuantLayout, Q6_K) {
+  std::vector<std::byte> b(210);
+  std::mt19937 rng(3);
+  for (int t = 0; t < 192; ++t) b[t] = static_cast<std::byte>(rng() & 0xFF);
+  for (int i = 0; i < 16; ++i)
+    b[192 + i] = static_cast<std::byte>(static_cast<std::int8_t>(3 * i - 20));
+  put_f16(b, 208, 0.5f);
+  const auto v = dequantized(ops::quantized_view(weight_format::q6_k, 1, 256, b));
+  auto u8 = [&](int i) { return static_cast<int>(b[i]); };
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 32; ++l) {
+      const int ql0 = u8(64 * h + l), ql1 = u8(64 * h + l + 32), qh = u8(128 + 32 * h + l);
+      const int q[4] = {(ql0 & 0xF) | ((qh & 3) << 4), (ql1 & 0xF) | (((qh >> 2) & 3) << 4),
+                        (ql0 >> 4) | (((qh >> 4) & 3) << 4), (ql1 >> 4) | (((qh >> 6) & 3) << 4)};
+      for (int t = 0; t < 4; ++t) {
+        const int e = 128 * h + 32 * t + l;
+        const float want =
+            0.5f * static_cast<float>(3 * (e / 16) - 20) * static_cast<float>(q[t] - 32);
+        EXPECT_EQ(v[e], want) << e;
+      }
+    }
+  }
+}
+
+TEST(QuantLayout, SymmetricInt8AndInt4) {
+  // int8, group 32, f32 scales: 2 rows x 64.
+  std::vector<std::byte> d8(2 * 64), s8(2 * 2 * 4);
+  for (int i = 0; i < 128; ++i) d8[i] = static_cast<std::byte>(static_cast<std::int8_t>(i - 64));
+  const float scales[4] = {0.5f, 2.0f, -1.0f, 0.125f};
+  std::memcpy(s8.data(), scales, sizeof scales);
+  const auto v8 =
+      dequantized(ops::quantized_view(weight_format::int8_sym, 2, 64, d8, s8, 32, dtype::f32));
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(v8[i], static_cast<float>(i - 64) * scales[i / 32]) << i;
+  // int4, one group per row (K = 5, odd), f16 scales: element 2i is byte i's low nibble.
+  std::vector<std::byte> d4 = {std::byte{0x9F}, std::byte{0x70}, std::byte{0x08}};  // one row
+  std::vector<std::byte> s4(2);
+  put_f16(s4, 0, 0.25f);
+  const auto v4 =
+      dequantized(ops::quantized_view(weight_format::int4_sym, 1, 5, d4, s4, 5, dtype::f16));
+  const float want[5] = {-1 * 0.25f, -7 * 0.25f, 0.0f, 7 * 0.25f, -8 * 0.25f};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(v4[i], want[i]) << i;
+}
+
+// ---- quantize round trip ----------------------------------------------------------------------
+
+struct sym_case {
+  weight_format format;
+  std::size_t k, group;
+  dtype scale_type;
+};
+
+TEST(QuantRoundTrip, WithinHalfAScale) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const sym_case cases[] = {
+      {weight_format::q8_0, 96, 0, dtype::f16},
+      {weight_format::q4_0, 160, 0, dtype::f16},
+      {weight_format::int8_sym, 37, 37, dtype::f32},
+      {weight_format::int8_sym, 384, 128, dtype::f16},
+      {weight_format::int4_sym, 37, 37, dtype::f16},
+      {weight_format::int4_sym, 192, 64, dtype::f32},
+      {weight_format::int4_sym, 96, 32, dtype::f16},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(ops::to_string(c.format)) + " k " + std::to_string(c.k));
+    const std::size_t n = 5;
+    std::vector<float> w(n * c.k);
+    for (float& v : w) v = g(rng);
+    w[3] = 0.0f;  // some zeros
+    const auto q = ops::quantize(dense_view<const float, 2>(w.data(), n, c.k), c.format, c.group,
+                                 c.scale_type);
+    const auto back = dequantized(q.view());
+    const std::size_t group = c.group ? c.group : 32;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t g0 = 0; g0 < c.k; g0 += group) {
+        float amax = 0.0f;
+        for (std::size_t i = g0; i < g0 + group; ++i)
+          amax = std::max(amax, std::fabs(w[r * c.k + i]));
+        // The scale the format stores: absmax / qmax (q4_0: absmax / 8), at f16 precision.
+        const float qmax = c.format == weight_format::q4_0       ? 8.0f
+                           : c.format == weight_format::int4_sym ? 7.0f
+                                                                 : 127.0f;
+        const float scale = amax / qmax * (1.0f + 1e-3f);
+        for (std::size_t i = g0; i < g0 + group; ++i) {
+          const float err = std::fabs(w[r * c.k + i] - back[r * c.k + i]);
+          // q4_0: a value of the other sign than the extreme may clamp at code 7 (<= |d|).
+          const float bound = c.format == weight_format::q4_0 ? scale : scale / 2;
+          ASSERT_LE(err, bound + 1e-7f) << r << ", " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantRoundTrip, Q4_0UsesCodeMinus8ForTheExtreme) {
+  std::vector<float> w(32, 0.1f);
+  w[5] = 1.6f;  // d = -0.2: 1.6 -> -8, 0.1 -> round(-0.5) -> 0 or -1
+  const auto q = ops::quantize(dense_view<const float, 2>(w.data(), 1, 32), weight_format::q4_0);
+  const auto back = dequantized(q.view());
+  EXPECT_NEAR(back[5], 1.6f, 1.6f * 1e-3f);
+  EXPECT_EQ(static_cast<int>(q.data()[2 + 5]) & 0xF, 0);  // code -8 + 8
+}
+
+// ---- kernels against the dequantize reference ----------------------------------------------
+
+// A random W of the format, N x K: quantized from f32 where there is a quantizer, else random
+// bytes with sane f16 scales (which also exercises every bit of the dequantizer).
+ops::quantized_matrix random_matrix(weight_format f, std::size_t n, std::size_t k,
+                                    std::mt19937& rng, std::vector<std::byte>& raw) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  if (f == weight_format::q4_k || f == weight_format::q6_k) {
+    raw.resize(n * ops::row_bytes(f, k));
+    for (auto& b : raw) b = static_cast<std::byte>(rng() & 0xFF);
+    const std::size_t bb = ops::block_bytes(f);
+    for (std::size_t blk = 0; blk < raw.size() / bb; ++blk) {
+      if (f == weight_format::q4_k) {
+        put_f16(raw, blk * bb, 0.002f + 0.01f * std::fabs(u(rng)));
+        put_f16(raw, blk * bb + 2, 0.002f + 0.01f * std::fabs(u(rng)));
+      } else {
+        put_f16(raw, blk * bb + 208, 0.0005f + 0.002f * std::fabs(u(rng)));
+      }
+    }
+    return {};
+  }
+  std::vector<float> w(n * k);
+  for (float& v : w) v = u(rng);
+  const std::size_t group = f == weight_format::int4_sym   ? (k % 128 == 0 ? 128 : 32)
+                            : f == weight_format::int8_sym ? k
+                                                           : 0;
+  return ops::quantize(dense_view<const float, 2>(w.data(), n, k), f, group,
+                       f == weight_format::int8_sym ? dtype::f32 : dtype::f16);
+}
+
+template <class Policy>
+void check_kernel(weight_format f, std::size_t m, std::size_t n, std::size_t k, bool with_bias,
+                  bool strided, const Policy& policy) {
+  SCOPED_TRACE(std::string(ops::to_string(f)) + " m " + std::to_string(m) + " n " +
+               std::to_string(n) + " k " + std::to_string(k) + (with_bias ? " bias" : "") +
+               (strided ? " strided" : ""));
+  std::mt19937 rng(static_cast<unsigned>(m * 7919 + n * 104729 + k));
+  std::vector<std::byte> raw;
+  const auto owned = random_matrix(f, n, k, rng, raw);
+  const ops::quantized_view w = raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
+  const auto wd = dequantized(w);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  tensor<float, 2> xbuf(m, k + (strided ? 3 : 0));
+  for (std::size_t i = 0; i < xbuf.size(); ++i)
+    xbuf.data()[i] = u(rng) * (i % 7 == 0 ? 4.0f : 1.0f);
+  const auto x = subview(xbuf.view(), all, range{0, k});
+  std::vector<float> bias(with_bias ? n : 0);
+  for (float& b : bias) b = u(rng);
+  tensor<float, 2> y(m, n);
+  ops::linear(strided_view<const float, 2>(x), w, strided_view<float, 2>(y.view()), bias, policy);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      double ref = with_bias ? bias[j] : 0.0, mag = 0.0, act = 0.0;
+      for (std::size_t b0 = 0; b0 < k; b0 += 32) {
+        float amax = 0.0f;
+        for (std::size_t t = b0; t < b0 + 32; ++t) amax = std::max(amax, std::fabs(x(i, t)));
+        const double dx = amax / 127.0;
+        for (std::size_t t = b0; t < b0 + 32; ++t) {
+          const double wv = wd[j * k + t];
+          ref += wv * x(i, t);
+          mag += std::fabs(wv * x(i, t));
+          act += std::fabs(wv) * dx / 2;
+        }
+      }
+      ASSERT_NEAR(y.view()(i, j), ref, act + 1e-5 * mag + 1e-5) << i << ", " << j;
+    }
+  }
+}
+
+const weight_format all_formats[] = {weight_format::q8_0,     weight_format::q4_0,
+                                     weight_format::q4_k,     weight_format::q6_k,
+                                     weight_format::int8_sym, weight_format::int4_sym};
+
+TEST(QuantLinear, AgainstDequantizedReference) {
+  for (const auto f : all_formats) {
+    const bool super = ops::block_values(f) == 256;
+    for (const std::size_t k : {super ? std::size_t{256} : std::size_t{96},
+                                super ? std::size_t{768} : std::size_t{800}}) {
+      for (const std::size_t m : {1u, 3u, 17u, 37u}) {
+        for (const std::size_t n : {1u, 17u, 37u}) {
+          check_kernel(f, m, n, k, n == 17, m == 3, serial{});
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantLinear, EveryGemvRowCountAndThreads) {
+  const thread_pool pool(3);
+  for (const auto f : all_formats) {
+    const std::size_t k = ops::block_values(f) == 256 ? 512 : 128;
+    for (std::size_t m = 1; m <= 20; ++m) {
+      check_kernel(f, m, 40, k, true, false, pool);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(QuantLinear, ResultsDoNotDependOnTheThreadCount) {
+  std::mt19937 rng(11);
+  std::vector<std::byte> raw;
+  for (const auto f : all_formats) {
+    for (const std::size_t m : {1u, 5u, 40u}) {
+      const std::size_t n = 101, k = 512;
+      const auto owned = random_matrix(f, n, k, rng, raw);
+      const ops::quantized_view w =
+          ops::block_values(f) == 256 ? ops::quantized_view(f, n, k, raw) : owned.view();
+      tensor<float, 2> x(m, k), y1(m, n), y3(m, n);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
+      ops::linear(x.view(), w, y1.view());
+      ops::linear(x.view(), w, y3.view(), {}, thread_pool(3));
+      EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0)
+          << ops::to_string(f) << " m " << m;
+    }
+  }
+}
+
+// ---- bad input ---------------------------------------------------------------------------------
+
+TEST(QuantErrors, ViewChecksShapesAndSizes) {
+  std::vector<std::byte> b(10 * 34);
+  expect_code([&] { ops::quantized_view(weight_format::q8_0, 10, 48, b); },
+              error_code::invalid_shape, "K = 48");
+  expect_code([&] { ops::quantized_view(weight_format::q8_0, 10, 32, std::span(b).first(339)); },
+              error_code::corrupt_data, "339 bytes, want 340");
+  expect_code([&] { ops::quantized_view(weight_format::q4_k, 1, 256, std::span(b).first(143)); },
+              error_code::corrupt_data, "143 bytes, want 144");
+  std::vector<std::byte> d(4 * 64), s(4 * 2 * 2);
+  expect_code([&] { ops::quantized_view(weight_format::int8_sym, 4, 64, d, s, 48, dtype::f16); },
+              error_code::invalid_argument, "group 48");
+  expect_code([&] { ops::quantized_view(weight_format::int8_sym, 4, 64, d, s, 32, dtype::bf16); },
+              error_code::unsupported, "bf16");
+  expect_code(
+      [&] {
+        ops::quantized_view(weight_format::int8_sym, 4, 64, d, std::span(s).first(15), 32,
+                            dtype::f16);
+      },
+      error_code::corrupt_data, "15 bytes of f16 scales, want 16");
+  expect_code([&] { ops::quantized_view(weight_format::int4_sym, 4, 64, d, s, 32, dtype::f16); },
+              error_code::corrupt_data, "256 bytes, want 128");
+  expect_code([&] { ops::quantized_view(weight_format::int8_sym, 4, 64, d); },
+              error_code::invalid_argument, "needs a scales tensor");
+  std::vector<float> w(64);
+  expect_code(
+      [&] {
+        (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 64), weight_format::q4_k);
+      },
+      error_code::unsupported, "no quantizer for q4_k");
+  expect_code(
+      [&] {
+        (void)ops::quantize(dense_view<const float, 2>(w.data(), 2, 32), weight_format::int4_sym,
+                            48);
+      },
+      error_code::invalid_argument, "group 48");
+  expect_code(
+      [&] {
+        (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 48), weight_format::q8_0);
+      },
+      error_code::invalid_shape, "K = 48");
+}
+
+TEST(QuantErrors, LinearRefusesAndLeavesYAsItWas) {
+  std::vector<float> wf(8 * 64, 0.5f);
+  const auto q = ops::quantize(dense_view<const float, 2>(wf.data(), 8, 64), weight_format::q8_0);
+  tensor<float, 2> x(3, 64), y(3, 8), x_bad(3, 32), y_bad(3, 7);
+  for (std::size_t i = 0; i < y.size(); ++i) y.data()[i] = 42.0f;
+  auto untouched = [&] {
+    for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y.data()[i], 42.0f);
+  };
+  expect_code([&] { ops::linear(x_bad.view(), q.view(), y.view()); }, error_code::invalid_shape,
+              "want x [M, K]");
+  untouched();
+  expect_code([&] { ops::linear(x.view(), q.view(), y_bad.view()); }, error_code::invalid_shape,
+              "y [3, 7]");
+  const std::vector<float> bias(5);
+  expect_code([&] { ops::linear(x.view(), q.view(), y.view(), bias); }, error_code::invalid_shape,
+              "bias [5]");
+  untouched();
+  // A per-channel group that is not a multiple of 32: dequantizes, but no kernel reads it.
+  std::vector<float> w40(8 * 40, 0.25f);
+  const auto q40 = ops::quantize(dense_view<const float, 2>(w40.data(), 8, 40),
+                                 weight_format::int8_sym, 40, dtype::f32);
+  tensor<float, 2> x40(3, 40);
+  expect_code([&] { ops::linear(x40.view(), q40.view(), y.view()); }, error_code::invalid_shape,
+              "multiples of 32");
+  untouched();
+}
+
+}  // namespace
