@@ -200,8 +200,9 @@ inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::s
 // so the R x C accumulators, C value vectors and one broadcast fit in the registers.
 template <std::size_t R>
 inline constexpr std::size_t pv_columns =
-    simd::f32x16_registers >= 32 ? (R <= 2 ? 8 : (R <= 4 ? 4 : 2))
-                                 : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
+    simd::f32x16_registers >= 32
+        ? (R <= 2 ? 8 : (R <= 4 ? 4 : 2))
+        : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
 
 template <std::size_t R, class T>
 inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc,
