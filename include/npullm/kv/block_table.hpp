@@ -152,8 +152,11 @@ class block_table {
   // Gives back every whole block that ends at or before `position` (position <= length()):
   // blocks [released_blocks(), position / block_size). Returns how many were released now
   // (0 when they already were). Last first, as reset, so a prefix cache evicts chain tails
-  // first. The pipeline calls it with min over layers of (length - window + 1) once every
-  // layer is windowed; a global layer still needs every block, so it must not be called.
+  // first. After a step, the next query (position length()) sees keys from length() - window
+  // + 1 on, so a pipeline whose layers are all windowed calls release_before(length() + 1 -
+  // max window) (when positive); with a global layer it must not call it. Speculative steps:
+  // call it with the length kept after verification, never before a rollback (truncate
+  // cannot go below first_position()).
   std::size_t release_before(std::size_t position) {
     if (position > length_) {
       raise(error_code::out_of_range, "block_table: release_before(", position,
