@@ -10,6 +10,11 @@
 // Prefill: causal 512x512 and 2048x2048 (present chunk only) and chunked (256 queries over a
 //   2048-key f16 past); GFLOPs counts useful flops (4 * D * heads * unmasked pairs), pct_peak
 //   is % of the measured fp32 FMA peak.
+// Windowed decode: one query at position kv_len - 1 over kv_len f16 keys (cold), with a
+//   sliding window (`window<w>`: flash reads only the window) or causal over the whole
+//   context (`full`); `stats` runs the window with attention_io::stats set (its cost).
+//   keys_read  (key, KV head) pairs flash loaded per call (attention_io::stats)
+//   GBps       bytes of those keys' K and V per second; pct_bw as above
 // x_naive: speedup over a naive baseline in the same binary: scores by Eigen GEMM, softmax,
 //   a second GEMM, per head, on f32 copies of the same K and V (one warm copy).
 #include <benchmark/benchmark.h>
@@ -166,6 +171,52 @@ void decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len
   }
 }
 
+// Decode at position kv_len - 1 with a sliding window of `window` keys (0: causal over all of
+// them), cold KV, the past as the pipeline hands it over (a tile per block of the whole past).
+template <class T>
+void window_decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len,
+                             std::size_t block, std::size_t window, bool with_stats,
+                             std::size_t threads) {
+  const double all_bytes = 2.0 * static_cast<double>(kv_len * hs.kv_heads * hs.dim * sizeof(T));
+  const std::size_t copies =
+      std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(128.0 * (1 << 20) / all_bytes)));
+  std::vector<kv_copy<T>> kv;
+  for (std::size_t c = 0; c < copies; ++c) kv.emplace_back(hs, kv_len, block, c + 1);
+  std::vector<float> q(hs.q_heads * hs.dim), out(q.size());
+  fill_random(q.data(), q.size(), 77);
+  at::flash_stats stats;
+  const at::attention_io io{npullm::dense_view<const float, 3>(q.data(), hs.q_heads, 1, hs.dim),
+                            npullm::dense_view<float, 3>(out.data(), hs.q_heads, 1, hs.dim),
+                            {},
+                            1.0f / std::sqrt(static_cast<float>(hs.dim)),
+                            with_stats ? &stats : nullptr};
+  const auto& pool = pool_for(threads);
+  const std::size_t position = kv_len - 1;
+  auto call = [&](const at::attention_io& a, const kv_copy<T>& c) {
+    const auto* none = static_cast<const kv_tile<float>*>(nullptr);
+    if (window == 0) {
+      at::flash_attention(a, std::span<const kv_tile<T>>(c.tiles), none, at::causal{position},
+                          pool);
+    } else {
+      at::flash_attention(a, std::span<const kv_tile<T>>(c.tiles), none,
+                          at::sliding_window{window, position}, pool);
+    }
+  };
+  at::flash_stats once;  // what one call reads
+  at::attention_io counted = io;
+  counted.stats = &once;
+  call(counted, kv[0]);
+  std::size_t next = 0;
+  const double seconds = nb::timed_loop(state, [&] {
+    call(io, kv[next++ % copies]);
+    benchmark::DoNotOptimize(out.data());
+  });
+  const double bytes =
+      2.0 * static_cast<double>(once.keys_read) * static_cast<double>(hs.dim * sizeof(T));
+  nb::set_bandwidth_counters(state, bytes, seconds, threads);
+  state.counters["keys_read"] = static_cast<double>(once.keys_read);
+}
+
 // Causal prefill of q_len queries over a past of past_len f16 keys plus the present chunk.
 void prefill_benchmark(benchmark::State& state, head_shape hs, std::size_t q_len,
                        std::size_t past_len, std::size_t threads) {
@@ -229,7 +280,32 @@ void register_decode(const head_shape& hs) {
   }
 }
 
+// Decode at 8k context: window 4096 against the whole context, Qwen2-0.5B and Mistral heads.
+void register_window_decode() {
+  for (const head_shape& hs : {head_shape{14, 2, 64}, head_shape{32, 8, 128}}) {
+    for (std::size_t block : {0u, 16u}) {
+      for (std::size_t window : {4096u, 0u}) {
+        for (bool with_stats : {false, true}) {
+          if (with_stats && window == 0) continue;
+          for (std::size_t threads : nb::thread_counts()) {
+            const std::string name =
+                "attention_decode/" + hs.name() + "/kv8192/f16/" +
+                (block == 0 ? "contiguous" : "block" + std::to_string(block)) + "/" +
+                (window == 0 ? "full" : "window" + std::to_string(window)) +
+                (with_stats ? "/stats" : "") + "/cold/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), window_decode_benchmark<npullm::float16>, hs,
+                                         8192, block, window, with_stats, threads)
+                ->Unit(benchmark::kMicrosecond)
+                ->MinTime(0.2);
+          }
+        }
+      }
+    }
+  }
+}
+
 void register_all() {
+  register_window_decode();
   for (const head_shape& hs :
        {head_shape{14, 2, 64}, head_shape{32, 8, 128}, head_shape{8, 8, 128}}) {
     register_decode<npullm::float16>(hs);

@@ -1,10 +1,11 @@
 // A model test of the block KV cache: random operations on block tables over one pool with a
 // prefix cache, against a plain reference (each sequence's token ids; a token's K/V values are
-// a function of its whole prefix, as in a real model). After every step `check` verifies:
-// every sequence reads back exactly its K/V through its tiles; reference counts equal the
-// number of tables holding each block; free + used == total; the free queue holds exactly the
-// unreferenced blocks, each once; cached blocks still hold the K/V of their cached tokens.
-// Failed operations must leave everything as it was (compared by snapshot).
+// a function of its whole prefix, as in a real model), release_before (a sliding window
+// forgetting its oldest blocks) included. After every step `check` verifies:
+// every sequence reads back exactly its K/V from its first live position through its tiles;
+// reference counts equal the number of tables holding each block; free + used == total; the free
+// queue holds exactly the unreferenced blocks, each once; cached blocks still hold the K/V of their
+// cached tokens. Failed operations must leave everything as it was (compared by snapshot).
 //
 // Driven by the randomized gtest (a seeded generator) and by the libFuzzer harness (bytes).
 #pragma once
@@ -59,7 +60,9 @@ template <storage_type T>
 class kv_model {
  public:
   static constexpr std::size_t layers = 2, kv_heads = 2, head_dim = 2;
-  static constexpr std::size_t max_sequences = 6, max_length = 48, vocabulary = 3;
+  // max_length bounds a sequence's live tokens; max_total its tokens, released ones included.
+  static constexpr std::size_t max_sequences = 6, max_length = 48, max_total = 4 * max_length,
+                               vocabulary = 3;
 
   kv_model(std::size_t block_size, std::size_t num_blocks)
       : pool_(kv_shape{layers, kv_heads, head_dim}, block_size, num_blocks), cache_(pool_) {}
@@ -73,7 +76,7 @@ class kv_model {
 
   template <class Source>
   void step(Source& src) {
-    const std::size_t op = src.next(8);
+    const std::size_t op = src.next(9);
     ++ops_;
     switch (op) {
       case 0:
@@ -83,6 +86,7 @@ class kv_model {
       case 4: truncate(src); break;
       case 5: reset_or_drop(src); break;
       case 6: insert(src); break;
+      case 7: release_before(src); break;
       default: failing_calls(src); break;
     }
   }
@@ -92,6 +96,11 @@ class kv_model {
     for (const auto& s : seqs_) {
       KV_MODEL_CHECK(s.table.length() == s.tokens.size(),
                      "length " << s.table.length() << " vs " << s.tokens.size());
+      KV_MODEL_CHECK(s.table.first_position() == s.first,
+                     "first position " << s.table.first_position() << " vs " << s.first);
+      const std::size_t bs = pool_.block_size();
+      KV_MODEL_CHECK(s.table.blocks().size() == (s.tokens.size() + bs - 1) / bs - s.first / bs,
+                     "live blocks " << s.table.blocks().size());
       for (block_id b : s.table.blocks()) ++holders[b];
       check_reads(s);
     }
@@ -119,11 +128,13 @@ class kv_model {
   [[nodiscard]] std::size_t failed_calls() const { return failed_; }
   [[nodiscard]] std::size_t prefix_hits() const { return prefix_hits_; }
   [[nodiscard]] std::size_t copies_on_write() const { return cow_; }
+  [[nodiscard]] std::size_t blocks_released() const { return released_; }
 
  private:
   struct sequence {
     block_table<T> table;
     std::vector<token_id> tokens;
+    std::size_t first = 0;  // first live position (tokens before it were released)
   };
 
   struct snapshot {
@@ -131,13 +142,14 @@ class kv_model {
     std::vector<block_id> free;
     std::vector<std::vector<block_id>> tables;
     std::vector<std::size_t> lengths;
+    std::vector<std::size_t> firsts;
     std::vector<bool> cached;
     std::size_t cache_size;
     bool operator==(const snapshot&) const = default;
   };
 
   snapshot take_snapshot() const {
-    snapshot s{{}, pool_.free_blocks(), {}, {}, {}, cache_.size()};
+    snapshot s{{}, pool_.free_blocks(), {}, {}, {}, {}, cache_.size()};
     for (block_id b = 0; b < pool_.total_count(); ++b) {
       s.refs.push_back(pool_.ref_count(b));
       s.cached.push_back(pool_.is_cached(b));
@@ -145,6 +157,7 @@ class kv_model {
     for (const auto& q : seqs_) {
       s.tables.push_back(q.table.blocks());
       s.lengths.push_back(q.table.length());
+      s.firsts.push_back(q.table.first_position());
     }
     return s;
   }
@@ -179,7 +192,7 @@ class kv_model {
   void check_reads(const sequence& s) const {
     const auto keys = keys_of(s.tokens);
     for (std::size_t layer = 0; layer < layers; ++layer) {
-      std::size_t pos = 0;
+      std::size_t pos = s.first;
       for (std::size_t i = 0; i < s.table.tile_count(); ++i) {
         const kv_tile<T> t = s.table.tile(layer, i);
         KV_MODEL_CHECK(t.position == pos, "tile " << i << " starts at " << t.position);
@@ -232,7 +245,7 @@ class kv_model {
     }
     sequence& s = seqs_[pick(src)];
     const std::size_t n = 1 + src.next(2 * pool_.block_size());
-    if (s.tokens.size() + n > max_length) return;
+    if (s.tokens.size() - s.first + n > max_length || s.tokens.size() + n > max_total) return;
     const snapshot before = take_snapshot();
     const auto blocks_before = s.table.blocks();
     try {
@@ -244,6 +257,7 @@ class kv_model {
       return;
     }
     const std::size_t common = std::min(blocks_before.size(), s.table.blocks().size());
+    KV_MODEL_CHECK(s.table.first_position() == s.first, "append moved the first position");
     if (common > 0 && blocks_before[common - 1] != s.table.blocks()[common - 1]) ++cow_;
     const std::size_t first = s.tokens.size();
     for (std::size_t i = 0; i < n; ++i)
@@ -263,7 +277,7 @@ class kv_model {
     for (std::size_t extra = 1 + src.next(4); extra > 0; --extra) {
       prompt.push_back(static_cast<token_id>(src.next(vocabulary)));
     }
-    if (prompt.size() > max_length) prompt.resize(max_length);
+    if (prompt.size() > max_length) prompt.resize(max_length);  // (the donor's may be longer)
     seqs_.push_back({block_table<T>(pool_), {}});
     sequence& s = seqs_.back();
     const std::size_t covered = cache_.attach(s.table, prompt);
@@ -287,7 +301,7 @@ class kv_model {
   void fork(Source& src) {
     if (seqs_.empty() || seqs_.size() >= max_sequences) return;
     const sequence& s = seqs_[pick(src)];
-    sequence copy{s.table.fork(), s.tokens};
+    sequence copy{s.table.fork(), s.tokens, s.first};
     seqs_.push_back(std::move(copy));
   }
 
@@ -295,9 +309,26 @@ class kv_model {
   void truncate(Source& src) {
     if (seqs_.empty()) return;
     sequence& s = seqs_[pick(src)];
-    const std::size_t n = src.next(s.tokens.size() + 1);
+    const std::size_t n = s.first + src.next(s.tokens.size() - s.first + 1);
     s.table.truncate(n);
     s.tokens.resize(n);
+  }
+
+  // Forgets the blocks that end before a position, as a sliding window does; a position past
+  // the length is refused with nothing changed.
+  template <class Source>
+  void release_before(Source& src) {
+    if (seqs_.empty()) return;
+    sequence& s = seqs_[pick(src)];
+    const std::size_t p = s.first + src.next(s.tokens.size() - s.first + 1);
+    const std::size_t bs = pool_.block_size();
+    const std::size_t live_before = s.table.blocks().size();
+    const std::size_t released = s.table.release_before(p);
+    KV_MODEL_CHECK(released == std::max(s.first, p / bs * bs) / bs - s.first / bs,
+                   "released " << released << " blocks before " << p);
+    KV_MODEL_CHECK(s.table.blocks().size() + released == live_before, "live blocks");
+    s.first = std::max(s.first, p / bs * bs);
+    released_ += released;
   }
 
   template <class Source>
@@ -307,6 +338,7 @@ class kv_model {
     if (src.next(2) == 0) {
       seqs_[i].table.reset();
       seqs_[i].tokens.clear();
+      seqs_[i].first = 0;
     } else {
       seqs_.erase(seqs_.begin() + static_cast<std::ptrdiff_t>(i));
     }
@@ -324,7 +356,7 @@ class kv_model {
   template <class Source>
   void failing_calls(Source& src) {
     const snapshot before = take_snapshot();
-    const std::size_t which = src.next(4);
+    const std::size_t which = src.next(7);
     try {
       if (which == 0) {
         (void)pool_.allocate(pool_.free_count() + 1 + src.next(3));
@@ -335,10 +367,24 @@ class kv_model {
         if (seqs_.empty()) return;
         sequence& s = seqs_[pick(src)];
         s.table.truncate(s.tokens.size() + 1 + src.next(3));
-      } else {
+      } else if (which == 3) {
         if (seqs_.empty()) return;
         sequence& s = seqs_[pick(src)];
         (void)s.table.token_kv(s.tokens.size() + src.next(3), 0, kv_part::k);
+      } else {
+        // Below a released prefix, or past the length: truncate, token_kv, release_before.
+        if (seqs_.empty()) return;
+        sequence& s = seqs_[pick(src)];
+        if (which == 6) {
+          s.table.release_before(s.tokens.size() + 1 + src.next(3));
+        } else {
+          if (s.first == 0) return;
+          const std::size_t below = src.next(s.first);
+          if (which == 4)
+            s.table.truncate(below);
+          else
+            (void)s.table.token_kv(below, 0, kv_part::v);
+        }
       }
     } catch (const error&) {
       ++failed_;
@@ -351,7 +397,7 @@ class kv_model {
   block_pool<T> pool_;
   prefix_cache<T> cache_;
   std::vector<sequence> seqs_;
-  std::size_t ops_ = 0, failed_ = 0, prefix_hits_ = 0, cow_ = 0;
+  std::size_t ops_ = 0, failed_ = 0, prefix_hits_ = 0, cow_ = 0, released_ = 0;
 };
 
 // Runs a byte string as a model test (the fuzzer's input format): the first byte picks the

@@ -27,6 +27,7 @@ void run_model(std::uint64_t seed, std::size_t block_size, std::size_t blocks, s
   // The run exercised what it is meant to: failures, prefix hits and copies on write happen.
   EXPECT_GT(model.failed_calls(), steps / 50) << "seed " << seed;
   EXPECT_GT(model.prefix_hits(), 0u) << "seed " << seed;
+  EXPECT_GT(model.blocks_released(), 0u) << "seed " << seed;
   // With one-token blocks no block is ever partially filled: nothing to copy on write.
   if (block_size > 1) {
     EXPECT_GT(model.copies_on_write(), 0u) << "seed " << seed;

@@ -2,8 +2,10 @@
 // present chunk's own K/V as the final tile), with an online-softmax state per query row.
 //
 //   q        (q_heads, q_len, D)     f32
-//   past     tiles of (kv_heads, len, D) K and V, f32 / f16 / bf16 storage, positions 0, 1, ...
-//   present  optional final tile (kv_heads, q_len, D) at position = past length
+//   past     tiles of (kv_heads, len, D) K and V, f32 / f16 / bf16 storage, at consecutive
+//            positions p0, p0 + len0, ... (p0 = 0 for a whole cache; later when the keys
+//            before p0 are gone: a ring cache, released blocks; the mask must hide them)
+//   present  optional final tile (kv_heads, q_len, D) at the position after the past's last
 //   out      (q_heads, q_len, D)     f32
 //   lse      (q_heads, q_len)        f32, optional: log-sum-exp of each row's scores
 // Query head h reads KV head h / (q_heads / kv_heads): K/V are never duplicated for GQA/MQA.
@@ -20,6 +22,12 @@
 // broadcast-FMAs over D; a single row instead takes 16 dot products and one reduction tree.
 // The online-softmax update runs on 16 lanes, then P V accumulates 8 rows x 32 output columns
 // in registers. A sub-tile that the mask hides entirely is skipped before any of that.
+//
+// Each item starts its walk at the mask's first_visible_key for its first row (rounded down
+// to the item's 16-key grid, so the sub-tiles are the ones a walk from the start would form
+// and results are bit-for-bit the same): a sliding window reads only the window's tiles, not
+// a tile per block of the whole past. Decode splits before the window are not even created.
+// attention_io::stats, when given, receives how many keys were read.
 #pragma once
 
 #include <algorithm>
@@ -59,11 +67,23 @@ concept flash_policy = requires {
   { P::split_length } -> std::convertible_to<std::size_t>;
 };
 
+// What a flash_attention call read, added to (not reset) by each call that is given one, so
+// one struct can sum the layers of a step.
+struct flash_stats {
+  // (key position, KV head) pairs whose K and V were loaded, summed over work items: decode
+  // (one query tile) reads each visible key once per KV head; prefill reads the keys once per
+  // query tile. Whole 16-key sub-tiles of a tile are loaded, so a window whose first key is
+  // not on the tile's 16-key grid reads up to 15 keys before it (masked, not used).
+  std::size_t keys_read = 0;
+  std::size_t calls = 0;  // flash_attention calls counted
+};
+
 struct attention_io {
   dense_view<const float, 3> q;  // (q_heads, q_len, D)
   dense_view<float, 3> out;      // (q_heads, q_len, D)
   dense_view<float, 2> lse{};    // (q_heads, q_len), optional
   float scale = 1.0f;
+  flash_stats* stats = nullptr;  // optional: what the call read (no cost when null)
 };
 
 namespace detail {
@@ -94,11 +114,12 @@ struct item_rows {
 
 // Per-thread working memory of one item (reused across items and calls).
 struct item_scratch {
-  std::vector<float> q;     // (rows, D) queries times scale
-  std::vector<float> kt;    // (D, 16) the sub-tile's K, transposed
-  std::vector<float> p;     // (rows, 16) probabilities of the sub-tile
-  std::vector<float> acc;   // (rows, D)
-  std::vector<float> m, l;  // (rows)
+  std::vector<float> q;       // (rows, D) queries times scale
+  std::vector<float> kt;      // (D, 16) the sub-tile's K, transposed
+  std::vector<float> p;       // (rows, 16) probabilities of the sub-tile
+  std::vector<float> acc;     // (rows, D)
+  std::vector<float> m, l;    // (rows)
+  std::size_t keys_read = 0;  // (key, KV head) pairs loaded by the current item
   // K / V are read once, front to back (one query tile: decode), so hint them ahead; when
   // query tiles reuse the same keys from cache (prefill), the hints cost more than they save.
   bool stream = false;
@@ -110,6 +131,7 @@ struct item_scratch {
     acc.assign(rows * dim, 0.0f);
     m.assign(rows, neg_inf);
     l.assign(rows, 0.0f);
+    keys_read = 0;
   }
 };
 
@@ -319,6 +341,7 @@ void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t
     const std::size_t pos = tile.position + j;
     const tile_visibility vis = mask.classify(rows.q_begin, rows.q_end, pos, pos + n);
     if (vis == tile_visibility::hidden) return;
+    s.keys_read += n;
     const T* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * dim;
     const T* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * dim;
     process_keys(rows, hk, k, v, pos, n, dim, vis, mask, s);
@@ -333,6 +356,13 @@ void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t
       for (std::size_t hk = 0; hk < rows.kv_heads; ++hk) step(hk, j);
     }
   }
+}
+
+// Where a walk over keys from `origin` (a tile's start or a split's, whichever is later) starts
+// when nothing before `first` is visible: `first` rounded down to the walk's 16-key grid, so
+// the sub-tiles formed are those of a walk from `origin` (bit-for-bit the same results).
+inline std::size_t walk_start(std::size_t origin, std::size_t first) noexcept {
+  return first <= origin ? origin : origin + (first - origin) / key_block * key_block;
 }
 
 template <class T>
@@ -353,7 +383,7 @@ void check_tile(const kv::kv_tile<T>& t, std::size_t kv_heads, std::size_t dim,
   }
   if (t.position != position) {
     raise(error_code::invalid_argument, "flash_attention: ", what, " starts at position ",
-          t.position, ", expected ", position, " (tiles must be consecutive from 0)");
+          t.position, ", expected ", position, " (tiles must be consecutive)");
   }
 }
 
@@ -385,19 +415,22 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
     kv_heads = past.front().k.extent(0);
   else if (present != nullptr)
     kv_heads = present->k.extent(0);
-  std::size_t past_len = 0;
+  // The keys are positions [kv_first, kv_len): the tiles' own positions, consecutive.
+  const std::size_t kv_first =
+      !past.empty() ? past.front().position : (present != nullptr ? present->position : 0);
+  std::size_t kv_len = kv_first;
   for (const auto& t : past) {
-    detail::check_tile(t, kv_heads, dim, past_len, "past tile");
-    past_len += t.length();
+    detail::check_tile(t, kv_heads, dim, kv_len, "past tile");
+    kv_len += t.length();
   }
   if (present != nullptr) {
-    detail::check_tile(*present, kv_heads, dim, past_len, "present tile");
+    detail::check_tile(*present, kv_heads, dim, kv_len, "present tile");
     if (present->length() != q_len) {
       raise(error_code::invalid_shape, "flash_attention: present tile has ", present->length(),
             " keys for ", q_len, " queries");
     }
+    kv_len += present->length();
   }
-  const std::size_t kv_len = past_len + (present != nullptr ? present->length() : 0);
   if (kv_heads != 0 && (q_heads % kv_heads != 0)) {
     raise(error_code::invalid_shape, "flash_attention: ", q_heads,
           " query heads are not a multiple of ", kv_heads, " KV heads");
@@ -405,6 +438,11 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
   if (kv_len < mask.required_kv_length(q_len)) {
     raise(error_code::invalid_shape, "flash_attention: KV has ", kv_len, " keys, the mask needs ",
           mask.required_kv_length(q_len), " for ", q_len, " queries");
+  }
+  const std::size_t first_visible = first_visible_key(mask, 0);
+  if (q_len != 0 && first_visible < kv_first) {
+    raise(error_code::invalid_argument, "flash_attention: the KV starts at position ", kv_first,
+          " (the keys before it are gone) but the mask lets query 0 see keys from ", first_visible);
   }
   if (q_len == 0 || q_heads == 0) return;
   if (kv_heads == 0) {  // no keys at all: every row is empty
@@ -419,9 +457,17 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
 
   const std::size_t group = q_heads / kv_heads;
   const std::size_t q_tiles = (q_len + Tiles::query_tile - 1) / Tiles::query_tile;
+  // Decode splits lie on a grid of absolute positions (split_length keys each); those wholly
+  // before the first visible key hold nothing and are not created (merging an empty partial
+  // changes nothing, so the results are the same).
   const bool split = q_tiles == 1 && kv_len > Tiles::split_length;
-  const std::size_t splits = split ? (kv_len + Tiles::split_length - 1) / Tiles::split_length : 1;
+  const std::size_t first_split = split ? std::min(first_visible, kv_len) / Tiles::split_length : 0;
+  const std::size_t splits =
+      split ? std::max<std::size_t>(
+                  1, (kv_len + Tiles::split_length - 1) / Tiles::split_length - first_split)
+            : 1;
   const std::size_t items = q_tiles * splits;
+  std::vector<std::size_t> item_reads(io.stats != nullptr ? items : 0);
 
   // Split partials: (splits, rows, D + 2) holding acc, m, l of every row.
   const std::size_t rows_per_item = q_heads * std::min(q_len, Tiles::query_tile);
@@ -432,8 +478,10 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
     const std::size_t qt = item / splits;
     const detail::item_rows rows{kv_heads, group, qt * Tiles::query_tile,
                                  std::min(q_len, (qt + 1) * Tiles::query_tile)};
-    const std::size_t key_begin = part * Tiles::split_length;
+    const std::size_t key_begin = split ? (first_split + part) * Tiles::split_length : 0;
     const std::size_t key_end = split ? std::min(kv_len, key_begin + Tiles::split_length) : kv_len;
+    // Nothing before this is visible to the item's rows.
+    const std::size_t item_first = std::max(key_begin, first_visible_key(mask, rows.q_begin));
 
     detail::item_scratch& s = detail::thread_scratch();
     s.prepare(rows.count(), dim);
@@ -442,23 +490,23 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
       const std::size_t h = rows.head(r), i = rows.query(r);
       for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;
     }
-    // Tiles overlapping [key_begin, key_end), clipped to it.
+    // Tiles overlapping [item_first, key_end), clipped to [key_begin, key_end) and started
+    // on their grid at item_first.
     auto run = [&](const auto& tile) {
       const std::size_t t0 = tile.position, t1 = tile.position + tile.length();
-      if (t1 <= key_begin || t0 >= key_end) return;
-      if (mask.classify(rows.q_begin, rows.q_end, std::max(t0, key_begin), std::min(t1, key_end)) ==
-          tile_visibility::hidden) {
-        return;
-      }
-      detail::process_tile(rows, tile, std::max(t0, key_begin) - t0, std::min(t1, key_end) - t0,
-                           dim, mask, s);
+      if (t1 <= item_first || t0 >= key_end) return;
+      const std::size_t begin = detail::walk_start(std::max(t0, key_begin), item_first);
+      const std::size_t end = std::min(t1, key_end);
+      if (mask.classify(rows.q_begin, rows.q_end, begin, end) == tile_visibility::hidden) return;
+      detail::process_tile(rows, tile, begin - t0, end - t0, dim, mask, s);
     };
-    // Past tiles in order, from the first one that reaches key_begin (binary search).
+    // Past tiles in order, from the first one that reaches item_first (binary search).
     auto first = std::partition_point(past.begin(), past.end(), [&](const auto& t) {
-      return t.position + t.length() <= key_begin;
+      return t.position + t.length() <= item_first;
     });
     for (auto it = first; it != past.end() && it->position < key_end; ++it) run(*it);
     if (present != nullptr) run(*present);
+    if (io.stats != nullptr) item_reads[item] = s.keys_read;
 
     for (std::size_t r = 0; r < rows.count(); ++r) {
       if (split) {
@@ -476,10 +524,15 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
     }
   });
 
+  if (io.stats != nullptr) {
+    for (std::size_t n : item_reads) io.stats->keys_read += n;
+    ++io.stats->calls;
+  }
   if (!split) return;
   // Merge each row's partial states in split order (deterministic), then normalize.
   std::vector<float> acc(dim);
   const detail::item_rows rows{kv_heads, group, 0, q_len};
+  // (Splits before first_split would be empty states: merging them changes nothing.)
   for (std::size_t r = 0; r < rows.count(); ++r) {
     softmax_state total{std::span<float>(acc)};
     for (std::size_t part = 0; part < splits; ++part) {
@@ -493,16 +546,30 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
   }
 }
 
-// Flash attention over a KV source (contiguous cache, block table, split-into-blocks view)
-// for one layer, with an optional present tile.
+// Flash attention over a KV source (contiguous cache, block table, split-into-blocks view,
+// ring cache) for one layer, with an optional present tile. Only the tiles from the one that
+// holds the mask's first visible key on are handed over (found by binary search: a source's
+// tiles are consecutive), so a window over a long block table costs the window's tiles.
 template <flash_policy Tiles = flash<>, kv::kv_source Source, storage_type P = float,
           mask_policy Mask = no_mask, threading_policy Policy = serial>
 void flash_attention(const attention_io& io, const Source& source, std::size_t layer,
                      const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
   using T = typename Source::value_type;
+  const std::size_t count = source.tile_count();
+  const std::size_t first_visible = first_visible_key(mask, 0);
+  std::size_t lo = 0, hi = count;  // first tile ending after first_visible (the last at most)
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const kv::kv_tile<T> t = source.tile(layer, mid);
+    if (t.position + t.length() <= first_visible)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
   std::vector<kv::kv_tile<T>> tiles;
-  tiles.reserve(source.tile_count());
-  for (std::size_t i = 0; i < source.tile_count(); ++i) tiles.push_back(source.tile(layer, i));
+  tiles.reserve(count - std::min(lo, count));
+  for (std::size_t i = std::min(lo, count == 0 ? 0 : count - 1); i < count; ++i)
+    tiles.push_back(source.tile(layer, i));
   flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles), present, mask, policy);
 }
 

@@ -6,6 +6,12 @@
 //                                   or partial
 //   required_kv_length(q_len)       the fewest keys the mask implies exist (checked by the
 //                                   kernels: fewer is an error naming both)
+//   first_visible_key(i0)           optional: a key position below which no row i >= i0
+//                                   sees anything (non-decreasing in i0). Flash starts its
+//                                   walk over the keys there, so a sliding window reads only
+//                                   the window, and KV before it may be gone (a ring, released
+//                                   blocks). Without the member, the free function
+//                                   first_visible_key(mask, i0) answers 0.
 //
 //   no_mask                everything visible
 //   causal{q_offset}       j <= q_offset + i  (q_offset: the first query's position, so
@@ -44,7 +50,21 @@ struct no_mask {
     return tile_visibility::visible;
   }
   static constexpr std::size_t required_kv_length(std::size_t) noexcept { return 0; }
+  static constexpr std::size_t first_visible_key(std::size_t) noexcept { return 0; }
 };
+
+// A lower bound of the keys rows [i0, q_len) may see: the mask's own first_visible_key(i0),
+// or 0 for a mask without one (every key may be visible).
+template <mask_policy M>
+constexpr std::size_t first_visible_key(const M& mask, std::size_t i0) noexcept {
+  if constexpr (requires {
+                  { mask.first_visible_key(i0) } -> std::convertible_to<std::size_t>;
+                }) {
+    return mask.first_visible_key(i0);
+  } else {
+    return 0;
+  }
+}
 
 struct causal {
   std::size_t q_offset = 0;
@@ -60,6 +80,7 @@ struct causal {
   constexpr std::size_t required_kv_length(std::size_t q_len) const noexcept {
     return q_offset + q_len;
   }
+  static constexpr std::size_t first_visible_key(std::size_t) noexcept { return 0; }
 };
 
 struct sliding_window {
@@ -79,6 +100,11 @@ struct sliding_window {
   }
   constexpr std::size_t required_kv_length(std::size_t q_len) const noexcept {
     return q_offset + q_len;
+  }
+  // Row i0 sees (q_offset + i0 - window, q_offset + i0]; later rows start later.
+  constexpr std::size_t first_visible_key(std::size_t i0) const noexcept {
+    const std::size_t q = q_offset + i0;
+    return q + 1 > window ? q + 1 - window : 0;
   }
 };
 
@@ -103,6 +129,7 @@ struct padding {
     return tile_visibility::partial;
   }
   constexpr std::size_t required_kv_length(std::size_t) const noexcept { return end; }
+  constexpr std::size_t first_visible_key(std::size_t) const noexcept { return begin; }
 };
 
 // An additive mask [q_len, kv_len]: 0 where visible, -inf where hidden.
@@ -118,6 +145,8 @@ struct explicit_mask {
     return tile_visibility::partial;
   }
   std::size_t required_kv_length(std::size_t) const noexcept { return bias.extent(1); }
+  // Not scanned: any key may be visible.
+  static constexpr std::size_t first_visible_key(std::size_t) noexcept { return 0; }
 };
 
 template <class... Masks>
@@ -149,6 +178,14 @@ struct all_of {
   constexpr std::size_t required_kv_length(std::size_t q_len) const noexcept {
     return std::apply([&](const auto&... m) { return std::max({m.required_kv_length(q_len)...}); },
                       parts);
+  }
+  // A key is visible only where every part lets it be: the latest of the parts' bounds.
+  constexpr std::size_t first_visible_key(std::size_t i0) const noexcept {
+    return std::apply(
+        [&](const auto&... m) {
+          return std::max({std::size_t{0}, attention::first_visible_key(m, i0)...});
+        },
+        parts);
   }
 };
 

@@ -3,7 +3,8 @@
 // Each *full* block of a sequence is keyed by a chained hash: hash(parent block's hash, the
 // block's token ids), so a key stands for the whole prefix up to the block's end. `insert`
 // registers a table's full blocks for the tokens the caller vouches for (verified tokens only:
-// never pass unverified speculative tokens); `attach` finds the longest cached prefix of a
+// never pass unverified speculative tokens; blocks the table released are chained through
+// when still cached, else the chain stops there); `attach` finds the longest cached prefix of a
 // prompt and gives its blocks to an empty table. A match never covers the prompt's last token:
 // that token must be computed to produce logits.
 //
@@ -88,9 +89,13 @@ class prefix_cache {
       const auto block_tokens = tokens.subspan(i * bs, bs);
       const std::uint64_t h = hash_(parent_hash, block_tokens);
       const block_id existing = find(h, parent, block_tokens);
-      block_id b = table.blocks()[i];
+      // The table's block i, or no_block where release_before gave it back.
+      const std::size_t released = table.released_blocks();
+      block_id b = i < released ? no_block : table.blocks()[i - released];
       if (existing != no_block) {
         b = existing;  // this prefix is cached already (maybe in another block): chain on it
+      } else if (b == no_block) {
+        break;  // released and not cached: the chain cannot go on past it
       } else if (!entries_[b].cached) {
         entry& e = entries_[b];
         e.cached = true;
