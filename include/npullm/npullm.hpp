@@ -21,6 +21,7 @@
 #include "npullm/kv/kv_tile.hpp"
 #include "npullm/kv/laddered_cache.hpp"
 #include "npullm/kv/prefix_cache.hpp"
+#include "npullm/kv/ring_cache.hpp"
 
 #include "npullm/attention/flash.hpp"
 #include "npullm/attention/mask.hpp"

@@ -354,18 +354,78 @@ TEST(Families, DecodeEqualsPrefillAndBlocksEqualContiguous) {
   }
 }
 
-// What the pipeline does not implement is refused, naming it.
+// What the pipeline does not implement is refused, naming it: pyramid attention (static
+// shapes for a device) with sliding windows or with attention soft-capping.
 TEST(Families, UnimplementedFeaturesAreRefused) {
-  auto spec = preset("tiny-gemma2", npullm::dtype::f32, 7);
-  spec.config.attn_logit_softcapping = 50.0;
-  const fs::path dir = fs::temp_directory_path() / ("npullm_family_softcap_" + std::to_string(::getpid()));
-  write_model(dir, spec);
-  expect_error([&] { causal_lm<contiguous> lm(dir, {.max_sequence = 64}); },
-               error_code::unsupported, "attn_logit_softcapping 50");
   using pyramid = pipeline_config<contiguous_kv<float>, pyramid_attention_policy<16>, float>;
   expect_error([&] { causal_lm<pyramid> lm(model_dir("tiny-mistral"), {.max_sequence = 64}); },
                error_code::unsupported, "pyramid attention with sliding-window layers");
+  auto spec = preset("tiny-gemma2", npullm::dtype::f32, 7);
+  spec.config.layer_windows.assign(spec.config.num_hidden_layers, 0);
+  const fs::path dir = fs::temp_directory_path() / ("npullm_family_softcap_" + std::to_string(::getpid()));
+  write_model(dir, spec);
+  expect_error([&] { causal_lm<pyramid> lm(dir, {.max_sequence = 64}); },
+               error_code::unsupported, "pyramid attention with attn_logit_softcapping 2");
   fs::remove_all(dir);
+}
+
+// A windowed layer reads only its window however long the context: decode at 300 tokens with
+// 32-token windows (Mistral: every layer; Gemma 2: layers 0 and 2, the others read everything),
+// counted by flash (keys times KV heads; whole 16-key sub-tiles, so up to 15 more).
+TEST(Families, WindowedLayersReadOnlyTheirWindow) {
+  for (const char* name : {"tiny-mistral", "tiny-gemma2"}) {
+    SCOPED_TRACE(name);
+    const auto weights = model_weights<float>::load(model_dir(name));
+    causal_lm<contiguous> lm(weights, {.max_sequence = 512});
+    causal_lm<blocks> blk(weights, {.max_sequence = 512});
+    const auto& c = lm.config();
+    auto ids = prompt(300, 4);
+    lm.prefill(ids);
+    blk.prefill(ids);
+    lm.decode(std::array<std::int32_t, 1>{5});
+    blk.decode(std::array<std::int32_t, 1>{5});
+    for (const auto* lm_reads : {&lm.attention_reads(), &blk.attention_reads()}) {
+      ASSERT_EQ(lm_reads->size(), c.num_hidden_layers);
+      for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+        const std::size_t keys = (*lm_reads)[l].keys_read / c.num_key_value_heads;
+        if (c.window(l) != 0) {
+          EXPECT_GE(keys, c.window(l)) << "layer " << l;
+          EXPECT_LE(keys, c.window(l) + 15) << "layer " << l;
+        } else {
+          EXPECT_EQ(keys, 301u) << "layer " << l;  // the whole past and the new token
+        }
+      }
+    }
+  }
+}
+
+// Every layer windowed: a contiguous pipeline keeps a window-sized ring, a block pipeline gives
+// the blocks no window sees back to the pool; both compute what the full cache computes.
+TEST(Families, WindowedKvStaysWindowSized) {
+  const auto weights = model_weights<float>::load(model_dir("tiny-mistral"));
+  causal_lm<contiguous> ring(weights, {.max_sequence = 1024, .step_rows = 16});
+  ASSERT_NE(ring.ring_kv_cache(), nullptr);
+  EXPECT_LT(ring.ring_kv_cache()->capacity(), 128u);
+  expect_error([&] { (void)ring.kv_cache(); }, error_code::unsupported, "ring");
+  causal_lm<blocks> blk(weights, {.max_sequence = 1024, .step_rows = 16});
+  causal_lm<contiguous> full(weights, {.max_sequence = 1024});  // step_rows = max: no ring
+  ASSERT_EQ(full.ring_kv_cache(), nullptr);
+  auto last = [](const step_output& o) { return o.logits_of(o.logit_rows.back()); };
+  auto ids = prompt(100, 6);
+  auto a = ring.prefill(ids), b = blk.prefill(ids), f = full.prefill(ids);
+  std::size_t most_blocks = 0;
+  for (int step = 0; step < 200; ++step) {
+    ASSERT_LE(max_diff(last(a), last(f)), 1e-5) << step;
+    ASSERT_LE(max_diff(last(b), last(f)), 1e-5) << step;
+    const std::int32_t next = ops::argmax(last(f));
+    a = ring.decode(std::array{next});
+    b = blk.decode(std::array{next});
+    f = full.decode(std::array{next});
+    most_blocks = std::max(most_blocks, blk.kv_pool().used_count());
+  }
+  EXPECT_EQ(ring.length(), 300u);
+  // Window 32 + a decode row kept, in blocks of 16: at most 4 blocks live (not 300 / 16).
+  EXPECT_LE(most_blocks, 4u);
 }
 
 // Gemma 2 alternates windowed and full layers: head + one body per layer kind (each compiled

@@ -84,6 +84,9 @@ struct attention_io {
   dense_view<float, 2> lse{};    // (q_heads, q_len), optional
   float scale = 1.0f;
   flash_stats* stats = nullptr;  // optional: what the call read (no cost when null)
+  // > 0: logit soft-capping (Gemma 2): s = softcap tanh(s / softcap) on the scaled scores,
+  // before the mask.
+  float softcap = 0.0f;
 };
 
 namespace detail {
@@ -123,6 +126,7 @@ struct item_scratch {
   // K / V are read once, front to back (one query tile: decode), so hint them ahead; when
   // query tiles reuse the same keys from cache (prefill), the hints cost more than they save.
   bool stream = false;
+  float softcap = 0.0f;  // attention_io::softcap
 
   void prepare(std::size_t rows, std::size_t dim) {
     q.resize(rows * dim);
@@ -253,6 +257,15 @@ inline void for_row_blocks(std::size_t begin, std::size_t end, Fn&& fn) {
   row_remainder(end - r0, r0, fn);
 }
 
+// c tanh(s / c) per lane, with tanh(z) = 1 - 2 / (exp(2z) + 1) (exp overflowing to inf gives
+// 1, underflowing to 0 gives -1). Off the hot path: only soft-capped models (Gemma 2) call it.
+[[gnu::noinline]] inline simd::f32x16 softcapped(simd::f32x16 sc, float cap) noexcept {
+  alignas(64) float e[simd::lanes];
+  simd::store(e, simd::exp(simd::mul(sc, simd::set1(2.0f / cap))));
+  for (float& v : e) v = cap * (1.0f - 2.0f / (v + 1.0f));
+  return simd::load(e);
+}
+
 // The online-softmax update of one row with a vector of scores (lanes >= n are masked).
 // (Inlined into the row loop: as a call, its scores went through memory and one row's chain of
 // max, exp and sum could not overlap the next row's.)
@@ -261,6 +274,7 @@ template <mask_policy Mask>
                                               simd::f32x16 sc, std::size_t j0, std::size_t n,
                                               std::size_t dim, tile_visibility visibility,
                                               const Mask& mask, item_scratch& s) {
+  if (s.softcap > 0.0f) sc = softcapped(sc, s.softcap);
   if (n < key_block) sc = simd::mask_tail(sc, n);
   if (visibility == tile_visibility::partial) {
     alignas(64) float tmp[simd::lanes];
@@ -486,6 +500,7 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
     detail::item_scratch& s = detail::thread_scratch();
     s.prepare(rows.count(), dim);
     s.stream = q_tiles == 1;
+    s.softcap = io.softcap;
     for (std::size_t r = 0; r < rows.count(); ++r) {
       const std::size_t h = rows.head(r), i = rows.query(r);
       for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;

@@ -161,6 +161,10 @@ std::vector<kv::kv_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std
   const auto& pool = table.pool();
   const std::size_t bs = pool.block_size();
   const std::size_t blocks = step.variant().index;
+  if (table.released_blocks() != 0) {  // block i must hold positions [i bs, (i + 1) bs)
+    raise(error_code::unsupported, "pyramid_past: the table released its first ",
+          table.released_blocks(), " blocks (release_before); a pyramid variant reads from 0");
+  }
   if (step.variant().past_capacity != blocks * bs || table.blocks().size() < blocks) {
     raise(error_code::invalid_shape, "pyramid_past: variant ", blocks, " needs ", blocks,
           " blocks of ", step.variant().past_capacity / std::max<std::size_t>(blocks, 1),

@@ -51,6 +51,7 @@
 #include "npullm/core/tokens.hpp"
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
+#include "npullm/kv/ring_cache.hpp"
 #include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/decoder_layer.hpp"
@@ -306,6 +307,7 @@ class causal_lm {
             e.message());
     }
     st.ids = ids;
+    reads_.assign(config_.num_hidden_layers, {});
     backend_.execute(head_, st, -1, head_args_);
     for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
       const auto& bodies = total <= options_.decode_rows ? body_decode_ : body_prefill_;
@@ -317,6 +319,9 @@ class causal_lm {
     }
     run_lm_head(out.logit_rows, out.logits.view());
     backend_.wait();
+    if (layers >= layers_.size()) {  // a whole step (not a self-draft's first layers)
+      for (const sequence_input& in : inputs) release_out_of_window(*in.table);
+    }
     return out;
   }
 
@@ -325,7 +330,7 @@ class causal_lm {
     if constexpr (blocks) {
       table_->reset();
     } else {
-      cache_->reset();
+      with_cache([](auto& c) { c.reset(); });
     }
   }
   // Rolls the sequence back to its first n tokens (speculative decoding).
@@ -333,7 +338,7 @@ class causal_lm {
     if constexpr (blocks) {
       table_->truncate(n);
     } else {
-      cache_->truncate(n);
+      with_cache([&](auto& c) { c.truncate(n); });
     }
   }
 
@@ -341,7 +346,7 @@ class causal_lm {
     if constexpr (blocks) {
       return table_->length();
     } else {
-      return cache_->length();
+      return with_cache([](const auto& c) { return c.length(); });
     }
   }
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
@@ -350,8 +355,22 @@ class causal_lm {
     return host_weights_;
   }
   // The KV of the single-sequence API (contiguous layout): for inspection and tests.
+  // (A pipeline whose every layer is windowed keeps a ring instead: ring_kv_cache().)
   [[nodiscard]] const kv::contiguous_cache<KvT>& kv_cache() const requires(!blocks) {
+    if (!cache_) {
+      raise(error_code::unsupported, "causal_lm: kv_cache(): every layer is windowed, the KV is a ",
+            "ring of ", ring_->capacity(), " positions (ring_kv_cache())");
+    }
     return *cache_;
+  }
+  [[nodiscard]] const kv::ring_cache<KvT, kv_allocator>* ring_kv_cache() const noexcept
+      requires(!blocks) {
+    return ring_ ? &*ring_ : nullptr;
+  }
+  // The KV positions each layer's attention read in the last step (flash_stats::keys_read:
+  // keys times KV heads, summed over the step's work items): a windowed layer reads its window.
+  [[nodiscard]] const std::vector<attention::flash_stats>& attention_reads() const noexcept {
+    return reads_;
   }
   [[nodiscard]] backend_type& backend() noexcept { return backend_; }
   [[nodiscard]] const timings& time_spent() const noexcept { return timings_; }
@@ -424,10 +443,9 @@ class causal_lm {
             " is not a multiple of ", simd::lanes);
     }
     // What the family asks that this pipeline does not do (config.hpp reads it all).
-    if (config_.attn_logit_softcapping > 0) {
-      raise(error_code::unsupported, "causal_lm: attn_logit_softcapping ",
-            config_.attn_logit_softcapping, " (", to_string(config_.family),
-            ") is not implemented by the flash kernel");
+    if (pyramid && config_.attn_logit_softcapping > 0) {
+      raise(error_code::unsupported, "causal_lm: pyramid attention with attn_logit_softcapping ",
+            config_.attn_logit_softcapping, " (", to_string(config_.family), ")");
     }
     const bool windowed = std::any_of(config_.layer_windows.begin(), config_.layer_windows.end(),
                                       [](std::size_t w) { return w != 0; });
@@ -510,9 +528,46 @@ class causal_lm {
       constexpr std::size_t q = attention_policy::chunk;
       plan_.emplace(q, ((options_.max_sequence + q - 1) / q + 1) * q);
       cache_.emplace(shape, plan_->max_past(), backend_.template allocator<KvT>());
+    } else if (const std::size_t w = every_layer_window();
+               w != 0 && ring_type::capacity_for(w, max_step_rows()) < options_.max_sequence) {
+      // Every layer is windowed: keep only what the windows still see (memory flat in the
+      // sequence length; the positions stay absolute).
+      ring_.emplace(shape, w, max_step_rows(), backend_.template allocator<KvT>());
     } else {
       cache_.emplace(shape, options_.max_sequence, backend_.template allocator<KvT>());
     }
+  }
+
+  // The largest window when every layer has one, else 0 (some layer sees the whole past).
+  std::size_t every_layer_window() const noexcept {
+    std::size_t w = 0;
+    for (std::size_t l = 0; l < config_.num_hidden_layers; ++l) {
+      if (config_.window(l) == 0) return 0;
+      w = std::max(w, config_.window(l));
+    }
+    return w;
+  }
+  std::size_t max_step_rows() const noexcept { return std::max(prefill_rows_, options_.decode_rows); }
+
+  // fn(the contiguous cache or the ring), whichever this pipeline keeps.
+  template <class Fn>
+  decltype(auto) with_cache(Fn&& fn) const {
+    if (ring_) return fn(*ring_);
+    return fn(*cache_);
+  }
+  template <class Fn>
+  decltype(auto) with_cache(Fn&& fn) {
+    if (ring_) return fn(*ring_);
+    return fn(*cache_);
+  }
+
+  // Block KV of a model whose every layer is windowed: the blocks no window can see any more
+  // go back to the pool. A margin of decode_rows positions is kept, so a speculative rollback
+  // of up to that many tokens (truncate) still finds its blocks.
+  void release_out_of_window(table_type& table) const {
+    const std::size_t w = every_layer_window();
+    const std::size_t keep = w + options_.decode_rows;
+    if (w != 0 && table.length() + 1 > keep) table.release_before(table.length() + 1 - keep);
   }
 
   // A call's result in host memory (counted by the host backend's statistics).
@@ -539,7 +594,9 @@ class causal_lm {
     if constexpr (blocks) {
       kv_storage = {pool_->data(), pool_->storage_bytes()};
     } else {
-      kv_storage = {cache_->data(), cache_->storage_bytes()};
+      kv_storage = with_cache([](const auto& c) {
+        return npu::argument{c.data(), c.storage_bytes()};
+      });
     }
     layer_args_.clear();
     for (const auto& w : layers_) {
@@ -597,8 +654,9 @@ class causal_lm {
     if constexpr (blocks) {
       table_->append(n);
     } else {
-      cache_->append(n);
+      with_cache([&](auto& c) { c.append(n); });
     }
+    reads_.assign(config_.num_hidden_layers, {});
     struct rollback {
       causal_lm* lm;
       std::size_t past;
@@ -676,6 +734,9 @@ class causal_lm {
     backend_.wait();
     lap(timings_.tail);
     guard.done = true;
+    if constexpr (blocks) {
+      if (layers >= layers_.size()) release_out_of_window(*table_);
+    }
   }
 
   void run_head(const step_state& st) {
@@ -708,8 +769,11 @@ class causal_lm {
     if (past == 0) return tiles;
     if constexpr (blocks) {
       const auto& table = seq ? *seq : *table_;
-      for (std::size_t i = 0; i * kv_policy::block_size < past; ++i)
+      for (std::size_t i = 0; i < table.tile_count(past); ++i)  // live blocks only
         tiles.push_back(table.tile(layer, i, past));
+    } else if (ring_) {
+      const auto ring = ring_->range_tiles(layer, ring_->first_position(), past);
+      tiles.assign(ring.span().begin(), ring.span().end());
     } else {
       tiles.push_back(cache_->range_tile(layer, 0, past));
     }
@@ -743,8 +807,10 @@ class causal_lm {
     const pool_policy policy{options_.pool};
     const std::vector<segment> whole{{0, S}};
     const std::vector<segment>& segments = st.packed.empty() ? whole : st.packed;
-    auto attend = [&](const segment& g, const attention::attention_io& io,
+    auto attend = [&](const segment& g, const attention::attention_io& step_io,
                       dense_view<float, 3> kh, dense_view<float, 3> vh) {
+      attention::attention_io io = step_io;
+      if (c.layer < reads_.size()) io.stats = &reads_[c.layer];
       if (!st.packed.empty()) {
         if (g.table == nullptr) {  // an independent sequence: its own K/V only, causal
           const kv::kv_tile<float> present{kh, vh, 0};
@@ -781,7 +847,7 @@ class causal_lm {
       if constexpr (blocks) {
         write_kv(*table_, c.layer, st.past, kh, vh, st.s.first, n);
       } else {
-        write_kv(*cache_, c.layer, st.past, kh, vh, st.s.first, n);
+        with_cache([&](auto& cache) { write_kv(cache, c.layer, st.past, kh, vh, st.s.first, n); });
       }
     };
     decoder_layer<KvT>(layers_[c.layer], act_, config_, rope_, st.positions, S,
@@ -841,7 +907,10 @@ class causal_lm {
   std::size_t prefill_rows_ = 0;
 
 
+  using ring_type = kv::ring_cache<KvT, kv_allocator>;
   std::optional<kv::contiguous_cache<KvT, kv_allocator>> cache_;
+  std::optional<ring_type> ring_;  // instead of cache_ when every layer is windowed
+  std::vector<attention::flash_stats> reads_;  // per layer, of the last step
   std::optional<pool_type> pool_;
   std::optional<table_type> table_;
   std::optional<attention::pyramid_plan> plan_;

@@ -103,7 +103,9 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
         }
       }
     }
-    attend(g, attention::attention_io{qh, att, {}, scale}, kh, vh);
+    attention::attention_io io{qh, att, {}, scale};
+    io.softcap = static_cast<float>(cfg.attn_logit_softcapping);  // 0: none (Gemma 2: 50)
+    attend(g, io, kh, vh);
   }
   // Back to rows (S, hq * D), then the o projection into h and the residual.
   for (const Segment& g : segments) {

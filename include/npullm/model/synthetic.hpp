@@ -10,8 +10,8 @@
 //   preset("tiny-phi3")     Phi-3: fused qkv_proj and gate_up_proj, LongRoPE (original 64),
 //                           a 48-token sliding window
 //   preset("tiny-gemma2")   Gemma 2: (1 + w) norms, sandwich norms, GELU-tanh, scaled
-//                           embeddings, query_pre_attn_scalar, final logit soft-capping, a
-//                           32-token window on layers 0, 2, ... (4 layers)
+//                           embeddings, query_pre_attn_scalar, attention (cap 2) and final
+//                           logit soft-capping, a 32-token window on layers 0, 2, ... (4 layers)
 //   preset("qwen2-0.5b")    the real Qwen2-0.5B shapes: 24 layers, hidden 896, 14/2 heads,
 //                           intermediate 4864, vocab 151936, tied embeddings
 //   preset("llama-3.2-1b"), preset("qwen3-0.6b"), preset("gemma-2-2b"): the real shapes
@@ -137,6 +137,9 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
       c.norm_unit_offset = true;
       c.sandwich_norms = true;
       c.query_pre_attn_scalar = 48.0;
+      // Gemma 2's caps are 50 and 30; at this size the attention logits stay within a few
+      // units, so a cap of 2 is what makes the soft-cap change the result (tested).
+      c.attn_logit_softcapping = 2.0;
       c.final_logit_softcapping = 30.0;
       c.layer_windows = {32, 0, 32, 0};
     } else {
