@@ -54,6 +54,7 @@ declare -A quick_filter=(
   [bench_batch]='^batch_(unroll|scorer)/qwen2-0.5b/bf16/n8/l128/threads:@ALL@(/|$)'
   [bench_generate]='^generate/qwen2-0.5b/bf16/batch(1|4|16)/threads:@ALL@(/|$)'
   [bench_speculative]='^speculative/qwen2-0.5b/bf16/k4/agree80/threads:@ALL@(/|$)'
+  [bench_window]='^pipeline_decode/mistral-40m/ctx8192/[a-z0-9]+/contiguous/threads:@ALL@(/|$)'
 )
 # The order binaries run in (the rest follow, by name): cheap and fundamental first.
 order=(bench_core bench_kv bench_attention bench_pyramid bench_ops bench_pipeline bench_batch

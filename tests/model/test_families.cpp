@@ -1,4 +1,5 @@
-// Every supported family (Qwen2, Llama 3.x, Qwen 3, Mistral, Phi-3, Gemma 2) through the
+// Every supported family (Qwen2 with and without windows, Llama 2 and 3.x, Qwen 3, Mistral,
+// Phi-3, Gemma 2) through the
 // pipeline against an independent double-precision forward pass written here from the
 // published Hugging Face model definitions (modeling_qwen2/llama/qwen3/mistral/phi3/gemma2.py
 // and modeling_rope_utils.py), not from npullm's ops: the frequencies, masks, norms and
@@ -26,8 +27,8 @@ using namespace npullm::model;
 using npullm::testing::expect_error;
 namespace fs = std::filesystem;
 
-const char* const families[] = {"tiny-llama3", "tiny-qwen3", "tiny-mistral", "tiny-phi3",
-                                "tiny-gemma2"};
+const char* const families[] = {"tiny",         "tiny-qwen2-window", "tiny-llama", "tiny-llama3",
+                                "tiny-qwen3",   "tiny-mistral",      "tiny-phi3",  "tiny-gemma2"};
 
 const fs::path& model_dir(const std::string& name) {
   static std::map<std::string, fs::path> dirs;

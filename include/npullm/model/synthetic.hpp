@@ -6,6 +6,8 @@
 //   preset("tiny-llama")    the same sizes, Llama family (no q/k/v biases, untied head)
 //   preset("tiny-llama3")   Llama 3.x: llama3 RoPE scaling (factor 32, original 8192)
 //   preset("tiny-qwen3")    Qwen 3: q/k head norms, head_dim 48 (not hidden / heads), tied
+//   preset("tiny-qwen2-window")  Qwen2 with use_sliding_window: layer 1 (max_window_layers 1)
+//                           has a 32-token window, layer 0 attends to everything
 //   preset("tiny-mistral")  Mistral: a 32-token sliding window on every layer
 //   preset("tiny-phi3")     Phi-3: fused qkv_proj and gate_up_proj, LongRoPE (original 64),
 //                           a 48-token sliding window
@@ -114,6 +116,11 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
       c.rope_theta = 1000000.0;
       c.qk_norm = true;
       c.tie_word_embeddings = true;
+    } else if (name == "tiny-qwen2-window") {
+      c.family = model_family::qwen2;
+      c.rope_theta = 1000000.0;
+      c.tie_word_embeddings = true;
+      c.layer_windows = {0, 32};  // use_sliding_window, max_window_layers 1
     } else if (name == "tiny-mistral") {
       c.family = model_family::mistral;
       c.layer_windows.assign(c.num_hidden_layers, 32);
@@ -145,7 +152,7 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
     } else {
       raise(error_code::invalid_argument, "preset: unknown model preset '", name, "'");
     }
-    c.attention_bias = false;
+    c.attention_bias = c.family == model_family::qwen2;
   } else if (name == "llama-3.2-1b") {
     c.family = model_family::llama;
     c.hidden_size = 2048;
@@ -380,13 +387,21 @@ inline nlohmann::json config_json(const model_config& c) {
   for (std::size_t w : c.layer_windows) window = std::max(window, w);
   switch (family) {
     case model_family::qwen2:
-    case model_family::qwen3:
-      j["use_sliding_window"] = false;
-      if (window != 0) {
-        raise(error_code::unsupported, "config_json: windows for ", to_string(family),
-              " are not written by the generator");
+    case model_family::qwen3: {
+      // Qwen's rule: layers from max_window_layers on use the window.
+      std::size_t first = c.layer_windows.size();
+      while (first > 0 && c.layer_windows[first - 1] != 0) --first;
+      for (std::size_t l = 0; l < first; ++l) {
+        if (c.layer_windows[l] != 0) {
+          raise(error_code::unsupported, "config_json: ", to_string(family),
+                " windows must be on the last layers (max_window_layers)");
+        }
       }
+      j["use_sliding_window"] = window != 0;
+      j["sliding_window"] = window != 0 ? nlohmann::json(window) : nlohmann::json(nullptr);
+      j["max_window_layers"] = window != 0 ? first : c.num_hidden_layers;
       break;
+    }
     case model_family::llama: break;
     case model_family::mistral:
     case model_family::phi3:
