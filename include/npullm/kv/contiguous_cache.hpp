@@ -107,11 +107,10 @@ class contiguous_cache {
     return shape;
   }
   T* data(std::size_t layer, kv_part part) noexcept {
-    return storage_.data() + (layer * 2 + static_cast<std::size_t>(part)) * shape_.kv_heads *
-                                 capacity_ * shape_.head_dim;
+    return storage_.data() + layer_part_offset(shape_, capacity_, layer, part);
   }
   const T* data(std::size_t layer, kv_part part) const noexcept {
-    return const_cast<contiguous_cache*>(this)->data(layer, part);
+    return storage_.data() + layer_part_offset(shape_, capacity_, layer, part);
   }
 
   kv_shape shape_;

@@ -39,6 +39,13 @@ struct kv_shape {
 
 enum class kv_part { k = 0, v = 1 };
 
+// Where (layer, part)'s [kv_heads, capacity, head_dim] block starts in a cache laid out
+// [layers][K|V][kv_heads, capacity, head_dim] (contiguous_cache, ring_cache), in elements.
+constexpr std::size_t layer_part_offset(const kv_shape& s, std::size_t capacity, std::size_t layer,
+                                        kv_part part) noexcept {
+  return (layer * 2 + static_cast<std::size_t>(part)) * s.kv_heads * capacity * s.head_dim;
+}
+
 template <class T>
 struct kv_tile {
   strided_view<const T, 3> k;  // (kv_heads, length, head_dim)

@@ -59,158 +59,108 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
   s.seed = seed;
   model_config& c = s.config;
   c.torch_dtype = weights;
-  if (name == "tiny" || name == "tiny-llama") {
-    const bool llama = name == "tiny-llama";
-    c.family = llama ? model_family::llama : model_family::qwen2;
-    c.hidden_size = 128;
-    c.intermediate_size = 256;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 32;
-    c.vocab_size = 512;
-    c.max_position_embeddings = 4096;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = llama ? 10000.0 : 1000000.0;
-    c.tie_word_embeddings = !llama;
-    c.attention_bias = !llama;
-  } else if (name == "qwen2-0.5b") {
-    c.family = model_family::qwen2;
-    c.hidden_size = 896;
-    c.intermediate_size = 4864;
-    c.num_hidden_layers = 24;
-    c.num_attention_heads = 14;
-    c.num_key_value_heads = 2;
-    c.head_dim = 64;
-    c.vocab_size = 151936;
-    c.max_position_embeddings = 32768;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 1000000.0;
-    c.tie_word_embeddings = true;
-    c.attention_bias = true;
-  } else if (name.starts_with("tiny-")) {
-    // The tiny sizes in another family.
-    c.hidden_size = 128;
-    c.intermediate_size = 256;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 32;
-    c.vocab_size = 512;
-    c.max_position_embeddings = 4096;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    if (name == "tiny-llama3") {
-      c.family = model_family::llama;
-      c.rope_theta = 500000.0;
-      c.max_position_embeddings = 131072;
-      c.rope_scaling.kind = ops::rope_kind::llama3;
-      c.rope_scaling.factor = 32.0;
-      c.rope_scaling.low_freq_factor = 1.0;
-      c.rope_scaling.high_freq_factor = 4.0;
-      c.rope_scaling.original_max_position_embeddings = 8192;
-      c.tie_word_embeddings = true;
-    } else if (name == "tiny-qwen3") {
-      c.family = model_family::qwen3;
-      c.head_dim = 48;
-      c.rope_theta = 1000000.0;
-      c.qk_norm = true;
-      c.tie_word_embeddings = true;
-    } else if (name == "tiny-qwen2-window") {
-      c.family = model_family::qwen2;
-      c.rope_theta = 1000000.0;
-      c.tie_word_embeddings = true;
-      c.layer_windows = {0, 32};  // use_sliding_window, max_window_layers 1
-    } else if (name == "tiny-mistral") {
-      c.family = model_family::mistral;
-      c.layer_windows.assign(c.num_hidden_layers, 32);
-    } else if (name == "tiny-phi3") {
-      c.family = model_family::phi3;
-      c.rms_norm_eps = 1e-5;
-      c.max_position_embeddings = 4096;
-      c.rope_scaling.kind = ops::rope_kind::longrope;
-      c.rope_scaling.original_max_position_embeddings = 64;
-      for (std::size_t i = 0; i < c.head_dim / 2; ++i) {
-        c.rope_scaling.short_factor.push_back(1.0 + 0.05 * static_cast<double>(i));
-        c.rope_scaling.long_factor.push_back(1.0 + 0.5 * static_cast<double>(i));
-      }
-      c.layer_windows.assign(c.num_hidden_layers, 48);
-    } else if (name == "tiny-gemma2") {
-      c.family = model_family::gemma2;
-      c.num_hidden_layers = 4;
-      c.hidden_act = activation_kind::gelu_tanh;
-      c.tie_word_embeddings = true;
-      c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
-      c.norm_unit_offset = true;
-      c.sandwich_norms = true;
-      c.query_pre_attn_scalar = 48.0;
-      // Gemma 2's caps are 50 and 30; at this size the attention logits stay within a few
-      // units, so a cap of 2 is what makes the soft-cap change the result (tested).
-      c.attn_logit_softcapping = 2.0;
-      c.final_logit_softcapping = 30.0;
-      c.layer_windows = {32, 0, 32, 0};
-    } else {
-      raise(error_code::invalid_argument, "preset: unknown model preset '", name, "'");
-    }
-    c.attention_bias = c.family == model_family::qwen2;
-  } else if (name == "llama-3.2-1b") {
-    c.family = model_family::llama;
-    c.hidden_size = 2048;
-    c.intermediate_size = 8192;
-    c.num_hidden_layers = 16;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 64;
-    c.vocab_size = 128256;
-    c.max_position_embeddings = 131072;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 500000.0;
+  // hidden, intermediate, layers, query heads, KV heads, head_dim, vocabulary, max positions,
+  // rms_norm_eps, rope_theta.
+  auto sizes = [&](std::size_t hidden, std::size_t inter, std::size_t layers, std::size_t heads,
+                   std::size_t kv_heads, std::size_t head_dim, std::size_t vocab,
+                   std::size_t max_positions, double eps, double theta) {
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.vocab_size = vocab;
+    c.max_position_embeddings = max_positions;
+    c.rms_norm_eps = eps;
+    c.rope_theta = theta;
+  };
+  auto llama3_scaling = [&] {  // Llama 3.1 / 3.2's rope_scaling
     c.rope_scaling.kind = ops::rope_kind::llama3;
     c.rope_scaling.factor = 32.0;
     c.rope_scaling.low_freq_factor = 1.0;
     c.rope_scaling.high_freq_factor = 4.0;
     c.rope_scaling.original_max_position_embeddings = 8192;
-    c.tie_word_embeddings = true;
-  } else if (name == "qwen3-0.6b") {
-    c.family = model_family::qwen3;
-    c.hidden_size = 1024;
-    c.intermediate_size = 3072;
-    c.num_hidden_layers = 28;
-    c.num_attention_heads = 16;
-    c.num_key_value_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 151936;
-    c.max_position_embeddings = 40960;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 1000000.0;
-    c.qk_norm = true;
-    c.tie_word_embeddings = true;
-  } else if (name == "gemma-2-2b") {
+  };
+  auto gemma2 = [&](double query_pre_attn_scalar, double attn_cap, std::size_t window) {
     c.family = model_family::gemma2;
-    c.hidden_size = 2304;
-    c.intermediate_size = 9216;
-    c.num_hidden_layers = 26;
-    c.num_attention_heads = 8;
-    c.num_key_value_heads = 4;
-    c.head_dim = 256;
-    c.vocab_size = 256000;
-    c.max_position_embeddings = 8192;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
     c.hidden_act = activation_kind::gelu_tanh;
     c.tie_word_embeddings = true;
     c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
     c.norm_unit_offset = true;
     c.sandwich_norms = true;
-    c.query_pre_attn_scalar = 256.0;
-    c.attn_logit_softcapping = 50.0;
+    c.query_pre_attn_scalar = query_pre_attn_scalar;
+    c.attn_logit_softcapping = attn_cap;
     c.final_logit_softcapping = 30.0;
     c.layer_windows.assign(c.num_hidden_layers, 0);
-    for (std::size_t l = 0; l < c.num_hidden_layers; l += 2) c.layer_windows[l] = 4096;
+    for (std::size_t l = 0; l < c.num_hidden_layers; l += 2) c.layer_windows[l] = window;
+  };
+  const bool tiny = name.starts_with("tiny");
+  if (tiny) sizes(128, 256, 2, 4, 2, 32, 512, 4096, 1e-6, 10000.0);
+  if (name == "tiny" || name == "tiny-llama") {
+    const bool llama = name == "tiny-llama";
+    c.family = llama ? model_family::llama : model_family::qwen2;
+    c.rope_theta = llama ? 10000.0 : 1000000.0;
+    c.tie_word_embeddings = !llama;
+    c.attention_bias = !llama;
+  } else if (name == "qwen2-0.5b") {
+    c.family = model_family::qwen2;
+    sizes(896, 4864, 24, 14, 2, 64, 151936, 32768, 1e-6, 1000000.0);
+    c.tie_word_embeddings = true;
+    c.attention_bias = true;
+  } else if (name == "tiny-llama3") {
+    c.family = model_family::llama;
+    c.rope_theta = 500000.0;
+    c.max_position_embeddings = 131072;
+    llama3_scaling();
+    c.tie_word_embeddings = true;
+  } else if (name == "tiny-qwen2-window") {
+    c.family = model_family::qwen2;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
+    c.attention_bias = true;
+    c.layer_windows = {0, 32};  // use_sliding_window, max_window_layers 1
+  } else if (name == "tiny-qwen3") {
+    c.family = model_family::qwen3;
+    c.head_dim = 48;
+    c.rope_theta = 1000000.0;
+    c.qk_norm = true;
+    c.tie_word_embeddings = true;
+  } else if (name == "tiny-mistral") {
+    c.family = model_family::mistral;
+    c.layer_windows.assign(c.num_hidden_layers, 32);
+  } else if (name == "tiny-phi3") {
+    c.family = model_family::phi3;
+    c.rms_norm_eps = 1e-5;
+    c.rope_scaling.kind = ops::rope_kind::longrope;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    for (std::size_t i = 0; i < c.head_dim / 2; ++i) {
+      c.rope_scaling.short_factor.push_back(1.0 + 0.05 * static_cast<double>(i));
+      c.rope_scaling.long_factor.push_back(1.0 + 0.5 * static_cast<double>(i));
+    }
+    c.layer_windows.assign(c.num_hidden_layers, 48);
+  } else if (name == "tiny-gemma2") {
+    c.num_hidden_layers = 4;
+    // Gemma 2's attention cap is 50; at this size the attention logits stay within a few
+    // units, so a cap of 2 is what makes the soft-cap change the result (tested).
+    gemma2(48.0, 2.0, 32);
+  } else if (name == "llama-3.2-1b") {
+    c.family = model_family::llama;
+    sizes(2048, 8192, 16, 32, 8, 64, 128256, 131072, 1e-5, 500000.0);
+    llama3_scaling();
+    c.tie_word_embeddings = true;
+  } else if (name == "qwen3-0.6b") {
+    c.family = model_family::qwen3;
+    sizes(1024, 3072, 28, 16, 8, 128, 151936, 40960, 1e-6, 1000000.0);
+    c.qk_norm = true;
+    c.tie_word_embeddings = true;
+  } else if (name == "gemma-2-2b") {
+    sizes(2304, 9216, 26, 8, 4, 256, 256000, 8192, 1e-6, 10000.0);
+    gemma2(256.0, 50.0, 4096);
   } else {
     raise(error_code::invalid_argument, "preset: unknown model preset '", name,
-          "' (tiny, tiny-llama, tiny-llama3, tiny-qwen3, tiny-mistral, tiny-phi3, tiny-gemma2, "
-          "qwen2-0.5b, llama-3.2-1b, qwen3-0.6b, gemma-2-2b)");
+          "' (tiny, tiny-llama, tiny-llama3, tiny-qwen2-window, tiny-qwen3, tiny-mistral, "
+          "tiny-phi3, tiny-gemma2, qwen2-0.5b, llama-3.2-1b, qwen3-0.6b, gemma-2-2b)");
   }
   if (c.layer_windows.empty()) c.layer_windows.assign(c.num_hidden_layers, 0);
   return s;
