@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s <preset> <dir> [f32|f16|bf16] [seed]\n"
                  "presets: tiny tiny-llama tiny-qwen2-window tiny-llama3 tiny-qwen3 tiny-mistral tiny-phi3 "
-                 "tiny-gemma2 qwen2-0.5b llama-3.2-1b qwen3-0.6b gemma-2-2b\n",
+                 "tiny-gemma2 qwen2-0.5b llama-3.2-1b qwen3-0.6b mistral-7b phi-3-mini gemma-2-2b\n",
                  argv[0]);
     return 2;
   }

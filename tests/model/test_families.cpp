@@ -283,6 +283,22 @@ TEST(Families, GeneratedConfigsReadBack) {
   }
 }
 
+// The real-shaped presets of every family describe configs the strict reader accepts (their
+// files are large, so only the config is checked here).
+TEST(Families, RealShapedPresetsReadBack) {
+  for (const char* name : {"qwen2-0.5b", "llama-3.2-1b", "qwen3-0.6b", "mistral-7b", "phi-3-mini",
+                           "gemma-2-2b"}) {
+    SCOPED_TRACE(name);
+    const model_config want = preset(name).config;
+    const model_config got = parse_config(config_json(want).dump(), name);
+    EXPECT_EQ(got.family, want.family);
+    EXPECT_EQ(got.q_size(), want.q_size());
+    EXPECT_EQ(got.layer_windows, want.layer_windows);
+    EXPECT_EQ(got.rope_scaling.kind, want.rope_scaling.kind);
+    EXPECT_DOUBLE_EQ(got.attention_scale(), want.attention_scale());
+  }
+}
+
 // Prefill logits within 1e-4 of the double reference at T = 1, 17, 37 and 300 (beyond every
 // preset's window: 32 or 48), with the weights packed and as stored.
 TEST(Families, PrefillMatchesTheReference) {

@@ -16,7 +16,8 @@
 //                           logit soft-capping, a 32-token window on layers 0, 2, ... (4 layers)
 //   preset("qwen2-0.5b")    the real Qwen2-0.5B shapes: 24 layers, hidden 896, 14/2 heads,
 //                           intermediate 4864, vocab 151936, tied embeddings
-//   preset("llama-3.2-1b"), preset("qwen3-0.6b"), preset("gemma-2-2b"): the real shapes
+//   preset("llama-3.2-1b"), preset("qwen3-0.6b"), preset("mistral-7b"), preset("phi-3-mini"),
+//   preset("gemma-2-2b"): the real shapes (7B at f32 is 29 GB: mind the disk)
 //   write_model(dir, spec)
 //
 // Every tensor has its own random stream (seeded by the spec's seed and the tensor's name),
@@ -154,13 +155,22 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
     sizes(1024, 3072, 28, 16, 8, 128, 151936, 40960, 1e-6, 1000000.0);
     c.qk_norm = true;
     c.tie_word_embeddings = true;
+  } else if (name == "mistral-7b") {  // Mistral-7B-v0.1
+    c.family = model_family::mistral;
+    sizes(4096, 14336, 32, 32, 8, 128, 32000, 32768, 1e-5, 10000.0);
+    c.layer_windows.assign(c.num_hidden_layers, 4096);
+  } else if (name == "phi-3-mini") {  // Phi-3-mini-4k-instruct
+    c.family = model_family::phi3;
+    sizes(3072, 8192, 32, 32, 32, 96, 32064, 4096, 1e-5, 10000.0);
+    c.layer_windows.assign(c.num_hidden_layers, 2047);
   } else if (name == "gemma-2-2b") {
     sizes(2304, 9216, 26, 8, 4, 256, 256000, 8192, 1e-6, 10000.0);
     gemma2(256.0, 50.0, 4096);
   } else {
     raise(error_code::invalid_argument, "preset: unknown model preset '", name,
           "' (tiny, tiny-llama, tiny-llama3, tiny-qwen2-window, tiny-qwen3, tiny-mistral, "
-          "tiny-phi3, tiny-gemma2, qwen2-0.5b, llama-3.2-1b, qwen3-0.6b, gemma-2-2b)");
+          "tiny-phi3, tiny-gemma2, qwen2-0.5b, llama-3.2-1b, qwen3-0.6b, mistral-7b, phi-3-mini, "
+          "gemma-2-2b)");
   }
   if (c.layer_windows.empty()) c.layer_windows.assign(c.num_hidden_layers, 0);
   return s;
