@@ -49,6 +49,7 @@
 #include "npullm/core/isa.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/simd.hpp"
+#include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
 #include "npullm/ops/quant.hpp"
 
@@ -83,6 +84,8 @@ constexpr std::string_view quant_dot_name() noexcept {
 }
 
 inline constexpr std::size_t quant_gemv_max_m = 16;
+
+struct packed_access;  // pack() and the panels of a packed_quantized
 
 // ---- activations: x rows quantized per block of 32 -------------------------------------------
 
@@ -411,6 +414,7 @@ struct qvec {  // 16 int32 / f32 lanes
   static f cvt(i v) noexcept { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
   static f fmadd(f a, f b, f c) noexcept { return _mm512_fmadd_ps(a, b, c); }
   static f fnmadd(f a, f b, f c) noexcept { return _mm512_fnmadd_ps(a, b, c); }
+  static f add(f a, f b) noexcept { return _mm512_add_ps(a, b); }
   static f mul(f a, f b) noexcept { return _mm512_mul_ps(a, b); }
   static f zerof() noexcept { return _mm512_setzero_ps(); }
   static void storef(float* p, f v) noexcept { _mm512_storeu_ps(p, v); }
@@ -455,6 +459,9 @@ struct qvec {  // 8 int32 / f32 lanes
   static f mul(f a, f b) noexcept {
     return _mm256_mul_ps(a, b);
   }
+  static f add(f a, f b) noexcept {
+    return _mm256_add_ps(a, b);
+  }
   static f zerof() noexcept {
     return _mm256_setzero_ps();
   }
@@ -481,67 +488,93 @@ constexpr bool gemm_sign_trick(weight_format f) noexcept {
 }
 
 // W rows [n0, n0 + cols) decoded as interleaved codes: for piece j, chunk t (values 4t..4t+3),
-// column c: codes[((j · 8 + t) · P + c) · 4 + 0..3]; per piece and half h: start[j][h][c] =
-// −128 · Σ codes of the half (0 with the sign trick), scale[j][h][c]; offset[j][c] (q4_k).
-// Columns past cols are zero.
-struct gemm_panel {
-  std::vector<std::int8_t> codes;
-  std::vector<std::int32_t> start;
-  std::vector<float> scale, offset;
+// column c: codes[((j · 8 + t) · P + c) · 4 + 0..3]; start[(j · 2 + h) · P + c]: the int32
+// accumulator's start for half h (−128 · Σ codes of the half with biased x, 0 with the sign
+// trick; formats with one scale per piece keep the piece's total in h = 0), scale[(j · 2 + h) ·
+// P + c], offset[j · P + c] (q4_k's min, subtracted per unit of x). Columns past cols are zero.
+// Per call (linear over a quantized_view) each panel is decoded into a thread's buffer; pack()
+// decodes them all once (packed_quantized below).
+struct panel_ref {
+  const std::int8_t* codes;
+  const std::int32_t* start;
+  const float* scale;
+  const float* offset;
 };
 
+inline constexpr std::size_t panel_code_count(std::size_t pieces) noexcept {
+  return pieces * 32 * panel_cols;
+}
+
+// Plain AVX2 q4_k: codes stored as nibble − 8 (−8..7, with offset o − 8 s), so that 8 chunks
+// of maddubs pair sums fit one i16 accumulator (see chunks_per_i16).
+constexpr bool shifted_q4_k(weight_format f) noexcept {
+#if defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QUANT_VNNI512)
+  (void)f;
+  return false;
+#else
+  return f == weight_format::q4_k;
+#endif
+}
+
 inline void pack_panel(const quantized_view& w, std::size_t n0, std::size_t cols, bool biased_x,
-                       gemm_panel& p) {
+                       std::int8_t* codes, std::int32_t* start, float* scale, float* offset) {
   constexpr std::size_t P = panel_cols;
   const std::size_t pieces = w.cols / 32;
-  p.codes.assign(pieces * 32 * P, 0);
-  p.start.assign(pieces * 2 * P, 0);
-  p.scale.assign(pieces * 2 * P, 0.0f);
-  p.offset.assign(pieces * P, 0.0f);
+  const bool split = w.format == weight_format::q6_k;
+  const bool shift = shifted_q4_k(w.format);
+  if (cols < P) {
+    std::fill_n(codes, pieces * 32 * P, std::int8_t{0});
+    std::fill_n(start, pieces * 2 * P, 0);
+    std::fill_n(scale, pieces * 2 * P, 0.0f);
+    std::fill_n(offset, pieces * P, 0.0f);
+  }
   piece pc;
   for (std::size_t c = 0; c < cols; ++c) {
     for (std::size_t j = 0; j < pieces; ++j) {
       decode_piece(w, n0 + c, j, pc);
+      if (shift) {
+        for (auto& q : pc.q) q = static_cast<std::int8_t>(q - 8);
+        pc.offset -= 8.0f * pc.scale[0];
+      }
       std::int32_t s0 = 0, s1 = 0;
-      for (std::size_t i = 0; i < 32; ++i) {
-        p.codes[((j * 8 + i / 4) * P + c) * 4 + i % 4] = pc.q[i];
-        (i < 16 ? s0 : s1) += pc.q[i];
+      std::int8_t* dst = codes + j * 32 * P + c * 4;
+      for (std::size_t t = 0; t < 8; ++t) {
+        std::memcpy(dst + t * P * 4, pc.q + 4 * t, 4);
       }
-      if (biased_x) {
-        p.start[(j * 2) * P + c] = -128 * s0;
-        p.start[(j * 2 + 1) * P + c] = -128 * s1;
+      for (std::size_t i = 0; i < 32; ++i) (i < 16 ? s0 : s1) += pc.q[i];
+      if (!split) {
+        s0 += s1;
+        s1 = 0;
       }
-      p.scale[(j * 2) * P + c] = pc.scale[0];
-      p.scale[(j * 2 + 1) * P + c] = pc.scale[1];
-      p.offset[j * P + c] = pc.offset;
+      start[(j * 2) * P + c] = biased_x ? -128 * s0 : 0;
+      start[(j * 2 + 1) * P + c] = biased_x ? -128 * s1 : 0;
+      scale[(j * 2) * P + c] = pc.scale[0];
+      scale[(j * 2 + 1) * P + c] = pc.scale[1];
+      offset[j * P + c] = pc.offset;
     }
   }
 }
 
-// int32 += dot of 4 x codes (broadcast) with the chunk's P × 4 codes.
-template <bool SignTrick>
-[[gnu::always_inline]] inline qvec::i chunk_dot(qvec::i acc, qvec::i x4, qvec::i w) noexcept {
-#if defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QUANT_VNNI512)
-  return qvec::dot(acc, x4, w);
-#else
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (SignTrick) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x4, w));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
-  } else {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x4, w), ones));
+// Plain AVX2: chunks whose maddubs pair sums (x as u8 <= 255) one i16 lane can add before its
+// one madd: |pair| <= 2 · 255 · max|w|, so 8 chunks for codes in −8..8 (q4_0, int4_sym, shifted
+// q4_k: 8 · 4080 <= 32767), 2 for q6_k (−32..31), 1 with the sign trick (|x|, |w| <= 127).
+constexpr std::size_t chunks_per_i16(weight_format f) noexcept {
+  switch (f) {
+    case weight_format::q4_0:
+    case weight_format::int4_sym: return 8;
+    case weight_format::q4_k: return shifted_q4_k(f) ? 8 : 4;
+    case weight_format::q6_k: return 2;
+    default: return 1;
   }
-#endif
 }
 
 // y[MR rows, P columns] = x rows · panel (+ bias); cols <= P are stored.
 template <weight_format F, std::size_t MR>
-void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel& p,
+void gemm_micro(const quantized_activations& a, std::size_t m0, const panel_ref& p,
                 std::size_t cols, const float* bias, float* y, std::size_t ldy) {
   constexpr std::size_t V = gemm_vectors, L = qvec::lanes, P = panel_cols;
   constexpr bool split = F == weight_format::q6_k;  // two scales per piece
   constexpr bool mins = F == weight_format::q4_k;   // an offset per piece
-  constexpr bool st = gemm_sign_trick(F);
   const std::size_t k = a.k, blocks = a.blocks;
   const std::int8_t* xq = a.codes.data() + m0 * k;
   qvec::f acc[MR][V];
@@ -549,26 +582,15 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel
     NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) acc[m][v] = qvec::zerof();
   }
   for (std::size_t j = 0; j < blocks; ++j) {
-    const std::int8_t* wc = p.codes.data() + j * 8 * P * 4;
+    const std::int8_t* wc = p.codes + j * 8 * P * 4;
     NPULLM_UNROLL for (std::size_t h = 0; h < (split ? 2 : 1); ++h) {
       qvec::i iacc[MR][V];
-      qvec::i start[V];
-      NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
-        start[v] = qvec::load(p.start.data() + (j * 2 + h) * P + v * L);
-        if constexpr (!split) {
-#if defined(NPULLM_QUANT_VNNI512)
-          start[v] =
-              _mm512_add_epi32(start[v], qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
-#else
-          start[v] =
-              _mm256_add_epi32(start[v], qvec::load(p.start.data() + (j * 2 + 1) * P + v * L));
-#endif
-        }
-      }
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) iacc[m][v] = start[v];
+        NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) iacc[m][v] =
+            qvec::load(p.start + (j * 2 + h) * P + v * L);
       }
       const std::size_t t0 = split ? 4 * h : 0, t1 = split ? t0 + 4 : 8;
+#if defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QUANT_VNNI512)
       NPULLM_UNROLL for (std::size_t t = t0; t < t1; ++t) {
         qvec::i wv[V];
         NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) wv[v] =
@@ -576,13 +598,42 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel
         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
           const qvec::i x4 = qvec::bcast4(xq + m * k + 32 * j + 4 * t);
           NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
-            iacc[m][v] = chunk_dot<st>(iacc[m][v], x4, wv[v]);
+            iacc[m][v] = qvec::dot(iacc[m][v], x4, wv[v]);
           }
         }
       }
+#else
+      constexpr std::size_t G = chunks_per_i16(F);
+      constexpr bool st = gemm_sign_trick(F);
+      const __m256i ones = _mm256_set1_epi16(1);
+      NPULLM_UNROLL for (std::size_t t = t0; t < t1; t += G) {
+        __m256i s16[MR][V];
+        NPULLM_UNROLL for (std::size_t g = 0; g < G; ++g) {
+          qvec::i wv[V];
+          NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) wv[v] =
+              qvec::load(wc + ((t + g) * P + v * L) * 4);
+          NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+            const qvec::i x4 = qvec::bcast4(xq + m * k + 32 * j + 4 * (t + g));
+            NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
+              __m256i prod;
+              if constexpr (st) {
+                prod = _mm256_maddubs_epi16(_mm256_abs_epi8(wv[v]), _mm256_sign_epi8(x4, wv[v]));
+              } else {
+                prod = _mm256_maddubs_epi16(x4, wv[v]);
+              }
+              s16[m][v] = g == 0 ? prod : _mm256_add_epi16(s16[m][v], prod);
+            }
+          }
+        }
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) iacc[m][v] =
+              _mm256_add_epi32(iacc[m][v], _mm256_madd_epi16(s16[m][v], ones));
+        }
+      }
+#endif
       qvec::f sc[V];
       NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) sc[v] =
-          qvec::loadf(p.scale.data() + (j * 2 + h) * P + v * L);
+          qvec::loadf(p.scale + (j * 2 + h) * P + v * L);
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const qvec::f dx = qvec::set1(a.d[(m0 + m) * blocks + j]);
         NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
@@ -595,22 +646,30 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const gemm_panel
         const float* s = a.sums.data() + ((m0 + m) * blocks + j) * 2;
         const qvec::f xs = qvec::set1(s[0] + s[1]);
         NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
-          acc[m][v] = qvec::fnmadd(qvec::loadf(p.offset.data() + j * P + v * L), xs, acc[m][v]);
+          acc[m][v] = qvec::fnmadd(qvec::loadf(p.offset + j * P + v * L), xs, acc[m][v]);
         }
       }
     }
   }
   NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+    float* ym = y + m * ldy;
+    if (cols == P) {
+      NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
+        qvec::f r = acc[m][v];
+        if (bias) r = qvec::add(r, qvec::loadf(bias + v * L));
+        qvec::storef(ym + v * L, r);
+      }
+      continue;
+    }
     alignas(64) float out[P];
     NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) qvec::storef(out + v * L, acc[m][v]);
-    float* ym = y + m * ldy;
     for (std::size_t c = 0; c < cols; ++c) ym[c] = out[c] + (bias ? bias[c] : 0.0f);
   }
 }
 
 template <weight_format F, std::size_t MR = gemm_rows - 1>
 inline void gemm_rest(std::size_t rest, const quantized_activations& a, std::size_t m0,
-                      const gemm_panel& p, std::size_t cols, const float* bias, float* y,
+                      const panel_ref& p, std::size_t cols, const float* bias, float* y,
                       std::size_t ldy) {
   if constexpr (MR > 0) {
     if (rest == MR) return gemm_micro<F, MR>(a, m0, p, cols, bias, y, ldy);
@@ -618,19 +677,39 @@ inline void gemm_rest(std::size_t rest, const quantized_activations& a, std::siz
   }
 }
 
+// All rows of x times one panel (columns c0 .. c0 + cols).
+template <weight_format F>
+void gemm_panel_rows(const quantized_activations& a, const panel_ref& p, std::size_t c0,
+                     std::size_t cols, const float* bias, float* y, std::size_t ldy) {
+  const float* b = bias ? bias + c0 : nullptr;
+  std::size_t m = 0;
+  for (; m + gemm_rows <= a.m; m += gemm_rows) {
+    gemm_micro<F, gemm_rows>(a, m, p, cols, b, y + m * ldy + c0, ldy);
+  }
+  gemm_rest<F>(a.m - m, a, m, p, cols, b, y + m * ldy + c0, ldy);
+}
+
+// Per call: each panel decoded into this thread's buffer, then multiplied.
 template <weight_format F>
 void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
           const float* bias, float* y, std::size_t ldy) {
-  thread_local gemm_panel panel;
+  struct buffers {
+    std::vector<std::int8_t, aligned_allocator<std::int8_t>> codes;
+    std::vector<std::int32_t, aligned_allocator<std::int32_t>> start;
+    std::vector<float, aligned_allocator<float>> scale, offset;
+  };
+  thread_local buffers buf;
+  const std::size_t pieces = w.cols / 32, P = panel_cols;
+  buf.codes.resize(pieces * 32 * P);
+  buf.start.resize(pieces * 2 * P);
+  buf.scale.resize(pieces * 2 * P);
+  buf.offset.resize(pieces * P);
+  const panel_ref ref{buf.codes.data(), buf.start.data(), buf.scale.data(), buf.offset.data()};
   for (std::size_t c0 = n0; c0 < n1; c0 += panel_cols) {
     const std::size_t cols = std::min(panel_cols, n1 - c0);
-    pack_panel(w, c0, cols, !gemm_sign_trick(F), panel);
-    const float* b = bias ? bias + c0 : nullptr;
-    std::size_t m = 0;
-    for (; m + gemm_rows <= a.m; m += gemm_rows) {
-      gemm_micro<F, gemm_rows>(a, m, panel, cols, b, y + m * ldy + c0, ldy);
-    }
-    gemm_rest<F>(a.m - m, a, m, panel, cols, b, y + m * ldy + c0, ldy);
+    pack_panel(w, c0, cols, !gemm_sign_trick(F), buf.codes.data(), buf.start.data(),
+               buf.scale.data(), buf.offset.data());
+    gemm_panel_rows<F>(a, ref, c0, cols, bias, y, ldy);
   }
 }
 #else
@@ -682,15 +761,121 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
 
 }  // namespace detail
 
-// y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) quantized; y: (M, N).
-// Checks everything before writing y: shapes (invalid_shape), K % 32 (invalid_shape), dense
-// rows of x and y (unsupported). A call that throws leaves y as it was.
-// (Policy comes first so that linear<W>(...) calls meant for ops/linear.hpp's overloads fail
-// this one's constraint instead of instantiating it with a weight type as a layout.)
-template <threading_policy Policy = serial, class XL, class YL>
-void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_view& w,
-            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
-            const Policy& policy = {}) {
+// W decoded once (at load) into the GEMM's interleaved int8 panels, so that a call with M > 16
+// rows runs only the micro-kernel: no per-call decode of W. Made by pack(); read by the
+// linear(x, const packed_quantized&, y, ...) overload below, which gives the same results as
+// linear over the source view (bit for bit: the same panels, the same micro-kernel).
+//   Layout (per panel of P = 32 columns with AVX-512 VNNI, else 8; the build's ISA decides it,
+//   so a packed_quantized is only meaningful in the ISA namespace that made it): per 32-value
+//   piece, 8 chunks of P × 4 int8 codes, P int32 accumulator starts and P f32 scales per half
+//   piece, P f32 offsets (q4_k); see detail::pack_panel.
+//   Memory: 1 byte per weight plus 20 bytes per 32 weights per column (about 1.6 bytes per weight
+//   against q4_0's 0.56 and q8_0's 1.06), on top of the source, which must outlive it: M <= 16
+//   (GEMV, bandwidth-bound, where the compact source reads fastest) reads the source view.
+//   The portable build keeps no panels (its GEMM is the GEMV loop) and reads the source.
+class packed_quantized {
+ public:
+  packed_quantized() = default;
+  packed_quantized(const packed_quantized&) = delete;
+  packed_quantized& operator=(const packed_quantized&) = delete;
+  packed_quantized(packed_quantized&&) noexcept = default;
+  packed_quantized& operator=(packed_quantized&&) noexcept = default;
+
+  [[nodiscard]] const quantized_view& source() const noexcept { return source_; }
+  [[nodiscard]] weight_format format() const noexcept { return source_.format; }
+  [[nodiscard]] std::size_t rows() const noexcept { return source_.rows; }
+  [[nodiscard]] std::size_t cols() const noexcept { return source_.cols; }
+  // Bytes of the panels (the source's bytes not included).
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return codes_.size() + 4 * (start_.size() + scale_.size() + offset_.size());
+  }
+
+ private:
+  friend struct detail::packed_access;
+  quantized_view source_;
+  std::size_t panels_ = 0;
+  std::vector<std::int8_t, aligned_allocator<std::int8_t>> codes_;
+  std::vector<std::int32_t, aligned_allocator<std::int32_t>> start_;
+  std::vector<float, aligned_allocator<float>> scale_, offset_;
+};
+
+namespace detail {
+
+inline void check_kernel_shape(const quantized_view& w, const char* what) {
+  if (w.cols % 32 != 0 || (w.group != 0 && w.group % 32 != 0)) {
+    raise(error_code::invalid_shape, what, ": ", to_string(w.format), " K = ", w.cols, " group ",
+          w.group, ": the quantized kernels need K and the group to be multiples of 32");
+  }
+}
+
+struct packed_access {
+  template <threading_policy Policy>
+  static packed_quantized pack(const quantized_view& w, const Policy& policy) {
+    check_kernel_shape(w, "pack");
+    packed_quantized out;
+    out.source_ = w;
+#if defined(__AVX2__)
+    constexpr std::size_t P = panel_cols;
+    const std::size_t pieces = w.cols / 32;
+    out.panels_ = (w.rows + P - 1) / P;
+    out.codes_.resize(out.panels_ * pieces * 32 * P);
+    out.start_.resize(out.panels_ * pieces * 2 * P);
+    out.scale_.resize(out.panels_ * pieces * 2 * P);
+    out.offset_.resize(out.panels_ * pieces * P);
+    const bool biased = !gemm_sign_trick(w.format);
+    const std::size_t parts = std::min(out.panels_, policy.concurrency() * 4);
+    policy.parallel_for(parts, [&](std::size_t part) {
+      for (std::size_t i = chunk_begin(out.panels_, parts, part);
+           i < chunk_begin(out.panels_, parts, part + 1); ++i) {
+        pack_panel(w, i * P, std::min(P, w.rows - i * P), biased,
+                   out.codes_.data() + i * pieces * 32 * P, out.start_.data() + i * pieces * 2 * P,
+                   out.scale_.data() + i * pieces * 2 * P, out.offset_.data() + i * pieces * P);
+      }
+    });
+#else
+    (void)policy;
+#endif
+    return out;
+  }
+
+#if defined(__AVX2__)
+  static panel_ref panel(const packed_quantized& w, std::size_t i) noexcept {
+    constexpr std::size_t P = panel_cols;
+    const std::size_t pieces = w.cols() / 32;
+    return {w.codes_.data() + i * pieces * 32 * P, w.start_.data() + i * pieces * 2 * P,
+            w.scale_.data() + i * pieces * 2 * P, w.offset_.data() + i * pieces * P};
+  }
+  static std::size_t panels(const packed_quantized& w) noexcept { return w.panels_; }
+#endif
+};
+
+#if defined(__AVX2__)
+template <weight_format F, threading_policy Policy>
+void run_packed_gemm(const packed_quantized& w, const float* x, std::size_t ldx, std::size_t m,
+                     const float* bias, float* y, std::size_t ldy, const Policy& policy) {
+  constexpr std::size_t P = panel_cols;
+  const std::size_t n = w.rows(), k = w.cols();
+  thread_local quantized_activations act;
+  const auto [split, biased] = activation_form(F, true);
+  quantize_activations(x, ldx, m, k, split, biased, act);
+  const std::size_t units = packed_access::panels(w);
+  const std::size_t parts = std::min(units, policy.concurrency() * 4);
+  const quantized_activations& a = act;
+  policy.parallel_for(parts, [&](std::size_t part) {
+    for (std::size_t i = chunk_begin(units, parts, part); i < chunk_begin(units, parts, part + 1);
+         ++i) {
+      gemm_panel_rows<F>(a, packed_access::panel(w, i), i * P, std::min(P, n - i * P), bias, y,
+                         ldy);
+    }
+  });
+}
+#endif
+
+// linear over w (its view, or its packed panels when `packed` is given and M > 16).
+template <threading_policy Policy, class XL, class YL>
+void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_view& w,
+                  const packed_quantized* packed, const tensor_view<float, dextents<2>, YL>& y,
+                  std::span<const float> bias, const Policy& policy) {
   const float* b = bias.empty() ? nullptr : bias.data();
   const std::size_t m = x.extent(0), k = x.extent(1), n = w.rows;
   if (k != w.cols || y.extent(0) != m || y.extent(1) != n || (b != nullptr && bias.size() != n)) {
@@ -699,10 +884,7 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_
           npullm::detail::format_extents(y.extents()), b ? ", bias [" : "",
           b ? std::to_string(bias.size()) + "]" : "", " (want x [M, K], W [N, K], y [M, N])");
   }
-  if (k % 32 != 0 || (w.group != 0 && w.group % 32 != 0)) {
-    raise(error_code::invalid_shape, "linear: ", to_string(w.format), " K = ", k, " group ",
-          w.group, ": the quantized kernels need K and the group to be multiples of 32");
-  }
+  check_kernel_shape(w, "linear");
   if (m > 0 && x.stride(1) != 1) raise(error_code::unsupported, "linear: rows of x must be dense");
   if (m > 0 && y.stride(1) != 1) raise(error_code::unsupported, "linear: rows of y must be dense");
   if (m == 0 || n == 0) return;
@@ -717,16 +899,58 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_
     return;
   }
   using F = weight_format;
+  auto run = [&]<F f>() {
+#if defined(__AVX2__)
+    if (packed != nullptr && m > quant_gemv_max_m) {
+      return run_packed_gemm<f>(*packed, xp, ldx, m, b, yp, ldy, policy);
+    }
+#endif
+    run_quant_linear<f>(w, xp, ldx, m, b, yp, ldy, policy);
+  };
   switch (w.format) {
-    case F::q8_0: return detail::run_quant_linear<F::q8_0>(w, xp, ldx, m, b, yp, ldy, policy);
-    case F::q4_0: return detail::run_quant_linear<F::q4_0>(w, xp, ldx, m, b, yp, ldy, policy);
-    case F::q4_k: return detail::run_quant_linear<F::q4_k>(w, xp, ldx, m, b, yp, ldy, policy);
-    case F::q6_k: return detail::run_quant_linear<F::q6_k>(w, xp, ldx, m, b, yp, ldy, policy);
-    case F::int8_sym:
-      return detail::run_quant_linear<F::int8_sym>(w, xp, ldx, m, b, yp, ldy, policy);
-    case F::int4_sym:
-      return detail::run_quant_linear<F::int4_sym>(w, xp, ldx, m, b, yp, ldy, policy);
+    case F::q8_0: return run.template operator()<F::q8_0>();
+    case F::q4_0: return run.template operator()<F::q4_0>();
+    case F::q4_k: return run.template operator()<F::q4_k>();
+    case F::q6_k: return run.template operator()<F::q6_k>();
+    case F::int8_sym: return run.template operator()<F::int8_sym>();
+    case F::int4_sym: return run.template operator()<F::int4_sym>();
   }
+}
+
+}  // namespace detail
+
+// W's panels, decoded once (see packed_quantized). Raises invalid_shape where linear would (K or
+// the group not a multiple of 32). Threads split the panels.
+template <threading_policy Policy = serial>
+[[nodiscard]] packed_quantized pack(const quantized_view& w, const Policy& policy = {}) {
+  return detail::packed_access::pack(w, policy);
+}
+
+// y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) quantized; y: (M, N).
+// Checks everything before writing y: shapes (invalid_shape), K % 32 (invalid_shape), dense
+// rows of x and y (unsupported). A call that throws leaves y as it was.
+// (Policy comes first so that linear<W>(...) calls meant for ops/linear.hpp's overloads fail
+// this one's constraint instead of instantiating it with a weight type as a layout.)
+template <threading_policy Policy = serial, class XL, class YL>
+void linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_view& w,
+            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
+            const Policy& policy = {}) {
+  detail::quant_linear(x, w, nullptr, y, bias, policy);
+}
+
+// The same over packed panels: M > 16 runs the micro-kernel on them, M <= 16 the GEMV on
+// w.source(). Results equal linear(x, w.source(), y, bias, policy)'s.
+template <threading_policy Policy = serial, class XL, class YL>
+void linear(const tensor_view<const float, dextents<2>, XL>& x, const packed_quantized& w,
+            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
+            const Policy& policy = {}) {
+  detail::quant_linear(x, w.source(), &w, y, bias, policy);
+}
+
+template <threading_policy Policy = serial>
+void linear(dense_view<const float, 2> x, const packed_quantized& w, dense_view<float, 2> y,
+            std::span<const float> bias = {}, const Policy& policy = {}) {
+  linear<Policy, layout_right, layout_right>(x, w, y, bias, policy);
 }
 
 template <threading_policy Policy = serial>
