@@ -91,23 +91,34 @@ struct packed_access;  // pack() and the panels of a packed_quantized
 
 // codes: (M, K) int8 (or u8 = code + 128 when `biased`); d: (M, K/32) scales;
 // sums: (M, K/32, 2) dx · Σ codes over values 0..15 and 16..31 of the block (natural order).
+// For the SIMD GEMV also: dpad (M, bpad = blocks rounded up to 8, zero-padded) the scales again,
+// and corr (M, K / 4) int32: −o · Σ of each 4 consecutive stored codes, the integer offset term
+// of a dot product lane (value = s · (u − o)), so that Σ_lane u · x + corr = Σ_lane (u − o) · x.
 struct quantized_activations {
-  std::size_t m = 0, k = 0, blocks = 0;
+  std::size_t m = 0, k = 0, blocks = 0, bpad = 0;
   std::vector<std::int8_t> codes;
-  std::vector<float> d;
+  std::vector<float> d, dpad;
   std::vector<float> sums;
+  std::vector<std::int32_t> corr;
 };
 
 // pair_split: store each block as its 16 even values then its 16 odd ones (int4_sym's nibble
 // order, so that GEMV unpacks a byte's two nibbles to positions i and i + 16, as for q4_0).
+// gemv_offset: o for corr and dpad (the GEMV's form), or 0: neither.
 inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::size_t k,
-                                 bool pair_split, bool biased, quantized_activations& out) {
+                                 bool pair_split, bool biased, quantized_activations& out,
+                                 int gemv_offset = -1) {
   out.m = m;
   out.k = k;
   out.blocks = k / 32;
+  out.bpad = (out.blocks + 7) / 8 * 8;
   out.codes.resize(m * k);
   out.d.resize(m * out.blocks);
   out.sums.resize(m * out.blocks * 2);
+  if (gemv_offset >= 0) {
+    out.dpad.assign(m * out.bpad, 0.0f);
+    out.corr.resize(gemv_offset > 0 ? m * k / 4 : 0);
+  }
   for (std::size_t r = 0; r < m; ++r) {
     for (std::size_t j = 0; j < out.blocks; ++j) {
       const float* xb = x + r * ldx + 32 * j;
@@ -129,25 +140,16 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m,
         dst[i] = biased ? static_cast<std::int8_t>(static_cast<std::uint8_t>(c) ^ 0x80u) : c;
       }
       out.d[r * out.blocks + j] = d;
+      if (gemv_offset >= 0) out.dpad[r * out.bpad + j] = d;
+      if (gemv_offset > 0) {
+        for (int l = 0; l < 8; ++l) {
+          out.corr[(r * k + 32 * j) / 4 + l] =
+              -gemv_offset * (dst[4 * l] + dst[4 * l + 1] + dst[4 * l + 2] + dst[4 * l + 3]);
+        }
+      }
       out.sums[(r * out.blocks + j) * 2] = d * static_cast<float>(s0);
       out.sums[(r * out.blocks + j) * 2 + 1] = d * static_cast<float>(s1);
     }
-  }
-}
-
-// Scales of row n per 32-value piece (symmetric formats), as f32.
-inline void piece_scales(const quantized_view& w, std::size_t n, std::vector<float>& out) {
-  out.resize(w.cols / 32);
-  const std::size_t groups = w.groups(), per = w.group / 32;  // pieces per group
-  const std::byte* p = w.scales.data() + n * groups * size_of(w.scale_type);
-  for (std::size_t g = 0; g < groups; ++g) {
-    float s;
-    if (w.scale_type == dtype::f16) {
-      s = load_f16(p + 2 * g);
-    } else {
-      std::memcpy(&s, p + 4 * g, 4);
-    }
-    std::fill_n(out.data() + g * per, per, s);
   }
 }
 
@@ -163,18 +165,12 @@ constexpr bool sign_trick(weight_format f) noexcept {
 
 #if defined(__AVX2__)
 // ---- 256-bit GEMV ------------------------------------------------------------------------
-
-// Σ over groups of 4 of u (u8) · s (s8): 8 int32 lanes.
-inline __m256i dot_u8s8(__m256i u, __m256i s) noexcept {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else
-  // |u · s| pairs: <= 2 · 255 · 127 within i16 only for u <= 128 (the callers' codes are).
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
+// Per W row n: a short vector pass over the row's scales (its "prologue") gives, per piece j
+// (q6_k: per half piece) and row m of x, S[m][j] = s_j · dx_j, and the row's whole offset term
+// off[m] = Σ_halves o_h · dx · Σ codes_h (o: the integer offset times the scale, or q4_k's min),
+// so that the loop over pieces does only: unpack the codes, one integer dot product per row of
+// x, convert, and one FMA by a broadcast S[m][j] into one of two accumulators (even / odd
+// pieces: two chains). No per-piece scalar work, no per-piece offset FMA.
 
 inline float hsum(__m256 v) noexcept {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -183,116 +179,267 @@ inline float hsum(__m256 v) noexcept {
   return _mm_cvtss_f32(s);
 }
 
-// One piece as the GEMV multiplies it: u (u8 codes, or |w| with the sign trick), sign (w, for
-// the sign trick), lane scales (lanes 0-3: values 0..15, 4-7: 16..31), offsets o0, o1 per half.
-struct gemv_piece {
-  __m256i u, sign;
-  __m256 scale;
-  float o0, o1;
-};
-
-inline __m256i nibbles_lo_hi(const void* p) noexcept {  // 16 bytes -> 32 nibbles (lo | hi)
-  const __m128i b = _mm_loadu_si128(static_cast<const __m128i*>(p));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-inline void int8_piece(const void* p, float s, gemv_piece& g) noexcept {
-  const __m256i w = _mm256_loadu_si256(static_cast<const __m256i*>(p));
-  g.scale = _mm256_set1_ps(s);
+// Σ over groups of 4 of u (u8 codes) · x (s8; with the sign trick: |w| · sign(x, w)), plus
+// corr (the lanes' integer offset terms; not read with the sign trick).
+template <bool SignTrick, bool Corr>
+[[gnu::always_inline]] inline __m256i gemv_dot(__m256i u, __m256i w, const std::int8_t* x,
+                                               const std::int32_t* corr) noexcept {
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
 #if defined(NPULLM_QUANT_VNNI256)
-  g.u = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));
-  g.o0 = g.o1 = 128.0f * s;
+  (void)w;
+  const __m256i c = Corr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr))
+                         : _mm256_setzero_si256();
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(c, u, xv);
 #else
-  g.u = _mm256_abs_epi8(w);
-  g.sign = w;
-  g.o0 = g.o1 = 0.0f;
+  return _mm256_dpbusd_avx_epi32(c, u, xv);
+#endif
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  // maddubs pair sums: |u| <= 63 (q6_k; 4-bit: 15) or <= 127 with the sign trick: no i16
+  // saturation.
+  if constexpr (SignTrick || !Corr) {
+    (void)corr;
+    return _mm256_madd_epi16(
+        _mm256_maddubs_epi16(u, SignTrick ? _mm256_sign_epi8(xv, w) : xv), ones);
+  } else {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr)));
+  }
 #endif
 }
 
-// Calls fn(j, piece) for every 32-value piece j of row n, in order.
-template <weight_format F, class Fn>
-[[gnu::always_inline]] inline void for_each_piece(const quantized_view& w, std::size_t n,
-                                                  const float* sym_scales, Fn&& fn) {
+// 16 bytes of nibbles -> 32 codes: low nibbles (bytes 0..15), then high nibbles (16..31).
+[[gnu::always_inline]] inline __m256i nibbles_lo_hi(const void* p) noexcept {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  const __m256i both = _mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0));
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+template <std::size_t P>
+using parity = std::integral_constant<std::size_t, P>;
+
+// The integer offset o (value = s · (u − o)) of a format's codes as the GEMV multiplies them.
+constexpr float gemv_int_offset(weight_format f) noexcept {
+  switch (f) {
+    case weight_format::q4_0:
+    case weight_format::int4_sym: return 8.0f;
+    case weight_format::q6_k: return 32.0f;
+    case weight_format::q8_0:
+    case weight_format::int8_sym: return sign_trick(f) ? 0.0f : 128.0f;
+    default: return 0.0f;  // q4_k: its min is a separate offset
+  }
+}
+
+struct gemv_scratch {
+  std::vector<float, aligned_allocator<float>> s;  // (MR, bpad, 2 with q6_k) S[m][j]
+};
+
+// q4_k's 12 packed bytes -> 8 six-bit scales (low qword) and 8 mins (high qword), the order of
+// q4_k_scale_min (as llama.cpp unpacks them).
+inline void q4_k_unpack_scales(const std::byte* p, std::uint64_t& sc, std::uint64_t& mn) noexcept {
+  std::uint32_t u[3];
+  std::memcpy(u, p, 12);
+  constexpr std::uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  const std::uint32_t m1 = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const std::uint32_t m0 = u[1] & k1;
+  const std::uint32_t s1 = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  const std::uint32_t s0 = u[0] & k1;
+  sc = s0 | (static_cast<std::uint64_t>(s1) << 32);
+  mn = m0 | (static_cast<std::uint64_t>(m1) << 32);
+}
+
+// 8 bytes (u8) -> 8 f32.
+inline __m256 u8x8_to_ps(std::uint64_t v) noexcept {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
+}
+
+// The row's scales for pieces j .. j + 7 (j a multiple of 8; lanes past the row's pieces: 0),
+// built in registers: a vector load over several recent scalar stores cannot be forwarded and
+// stalls until they retire (measured: ~25% of the GEMV's time when the f16 scales went through
+// a buffer). One scale per piece: q4_0, q8_0, int4_sym, int8_sym.
+template <weight_format F>
+[[gnu::always_inline]] inline __m256 gemv_scales8(const quantized_view& w, const std::byte* row,
+                                                  std::size_t n, std::size_t j,
+                                                  std::size_t pieces) noexcept {
+  const std::size_t valid = std::min<std::size_t>(8, pieces - j);
+  if constexpr (F == weight_format::q4_0 || F == weight_format::q8_0) {
+    constexpr int bb = F == weight_format::q4_0 ? 18 : 34;
+    const __m256i idx = _mm256_setr_epi32(0, bb, 2 * bb, 3 * bb, 4 * bb, 5 * bb, 6 * bb, 7 * bb);
+    // Low 16 bits of each dword into the low 8 bytes of each 128-bit lane.
+    const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1,
+                                          -1, -1);
+    const auto* base = reinterpret_cast<const int*>(row + bb * j);
+    __m256i g;
+    if (valid == 8) {
+      g = _mm256_i32gather_epi32(base, idx, 1);
+    } else {  // the row's last pieces: no read past them
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      g = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base, idx, mask, 1);
+    }
+    const __m256i h = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, pick), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  } else {
+    const std::size_t groups = w.groups(), per = w.group / 32, ss = size_of(w.scale_type);
+    // Pieces j .. j + 7 read groups g0 + (i >> sh), or group 0 (per == pieces: one group).
+    const bool one = per == pieces;
+    const std::size_t g0 = one ? 0 : j / per;
+    const std::byte* p = w.scales.data() + (n * groups + g0) * ss;
+    const std::size_t avail = groups - g0;  // groups of this row from g0 on
+    const __m256i idx =
+        one ? _mm256_setzero_si256()
+            : _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), per == 1 ? 0 : per == 2 ? 1 : 2);
+    __m256 g8;
+    if (avail >= 8 || p + 8 * ss <= w.scales.data() + w.scales.size()) {
+      g8 = w.scale_type == dtype::f16
+               ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
+               : _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    } else {  // the matrix's last groups: through memory, once per call
+      alignas(32) float tmp[8] = {};
+      for (std::size_t g = 0; g < avail; ++g) tmp[g] = w.scale(n, g0 + g);
+      g8 = _mm256_load_ps(tmp);
+    }
+    const __m256 s8 = _mm256_permutevar8x32_ps(g8, idx);
+    // Lanes past the row's pieces may hold the next row's scales: zero them.
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_and_ps(s8, _mm256_castsi256_ps(keep));
+  }
+}
+
+// Row n's prologue: S[m][j] = s_j · dx_j for the MR rows of x (q6_k: per half piece), and
+// off[m]: q4_k's min term Σ_j dmin · m_j · dx_j Σ codes_j (the other formats' offsets are in corr).
+template <weight_format F, std::size_t MR>
+[[gnu::always_inline]] inline void gemv_row_prologue(const quantized_view& w, std::size_t n,
+                                                     const quantized_activations& a,
+                                                     std::size_t m0, float* s, std::size_t ns,
+                                                     float* off) noexcept {
+  const std::size_t pieces = w.cols / 32, bpad = a.bpad;
   const std::byte* row = w.data.data() + n * w.row_bytes();
-  const std::size_t pieces = w.cols / 32;
-  gemv_piece g;
-  if constexpr (F == weight_format::q4_0) {
-    for (std::size_t j = 0; j < pieces; ++j) {
-      const std::byte* b = row + 18 * j;
-      const float d = load_f16(b);
-      g.u = nibbles_lo_hi(b + 2);
-      g.scale = _mm256_set1_ps(d);
-      g.o0 = g.o1 = 8.0f * d;
-      fn(j, g);
+  const float* dx = a.dpad.data() + m0 * bpad;
+  if constexpr (F == weight_format::q4_k) {
+    __m256 o8[MR];
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) o8[m] = _mm256_setzero_ps();
+    const float* sums = a.sums.data() + m0 * a.blocks * 2;
+    for (std::size_t j = 0; j < pieces; j += 8) {
+      const std::byte* b = row + 144 * (j / 8);
+      std::uint64_t sc, mn;
+      q4_k_unpack_scales(b + 4, sc, mn);
+      const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(*reinterpret_cast<const int*>(b)));
+      const __m256 ws = _mm256_mul_ps(u8x8_to_ps(sc), _mm256_broadcastss_ps(dd));
+      const __m256 wm = _mm256_mul_ps(u8x8_to_ps(mn), _mm256_broadcastss_ps(_mm_movehdup_ps(dd)));
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        _mm256_store_ps(s + m * ns + j, _mm256_mul_ps(ws, _mm256_loadu_ps(dx + m * bpad + j)));
+        // dx Σ codes per piece: the two halves' sums, added pairwise.
+        const float* sm = sums + m * a.blocks * 2 + 2 * j;
+        const __m256 h0 = _mm256_loadu_ps(sm), h1 = _mm256_loadu_ps(sm + 8);
+        // (hadd within 128-bit lanes gives pieces 0 1 4 5 | 2 3 6 7: reorder the pairs)
+        const __m256 xs = _mm256_castpd_ps(
+            _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(h0, h1)), 0xD8));
+        o8[m] = _mm256_fmadd_ps(wm, xs, o8[m]);
+      }
     }
-  } else if constexpr (F == weight_format::int4_sym) {
-    for (std::size_t j = 0; j < pieces; ++j) {
-      const float s = sym_scales[j];
-      // Two's complement nibble xor 8 = code + 8 (0..15); x is stored evens | odds.
-      g.u = _mm256_xor_si256(nibbles_lo_hi(row + 16 * j), _mm256_set1_epi8(0x08));
-      g.scale = _mm256_set1_ps(s);
-      g.o0 = g.o1 = 8.0f * s;
-      fn(j, g);
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) off[m] = hsum(o8[m]);
+  } else if constexpr (F == weight_format::q6_k) {
+    for (std::size_t j = 0; j < pieces; j += 8) {
+      const auto* b = reinterpret_cast<const std::uint8_t*>(row + 210 * (j / 8));
+      const __m256 d = _mm256_set1_ps(load_f16(reinterpret_cast<const std::byte*>(b + 208)));
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+      const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d);
+      const __m256 s1 =
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d);
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const __m256 d8 = _mm256_loadu_ps(dx + m * bpad + j);  // dx of pieces j .. j + 7
+        // dx per half: d0 d0 d1 d1 d2 d2 d3 d3 | d4 d4 .. d7 d7
+        const __m256 lo = _mm256_unpacklo_ps(d8, d8), hi = _mm256_unpackhi_ps(d8, d8);
+        _mm256_store_ps(s + m * ns + 2 * j, _mm256_mul_ps(s0, _mm256_permute2f128_ps(lo, hi, 0x20)));
+        _mm256_store_ps(s + m * ns + 2 * j + 8,
+                        _mm256_mul_ps(s1, _mm256_permute2f128_ps(lo, hi, 0x31)));
+      }
     }
-  } else if constexpr (F == weight_format::q8_0) {
-    for (std::size_t j = 0; j < pieces; ++j) {
-      const std::byte* b = row + 34 * j;
-      int8_piece(b + 2, load_f16(b), g);
-      fn(j, g);
+  } else {
+    for (std::size_t j = 0; j < pieces; j += 8) {
+      const __m256 s8 = gemv_scales8<F>(w, row, n, j, pieces);
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        _mm256_store_ps(s + m * ns + j, _mm256_mul_ps(s8, _mm256_loadu_ps(dx + m * bpad + j)));
+      }
     }
-  } else if constexpr (F == weight_format::int8_sym) {
-    for (std::size_t j = 0; j < pieces; ++j) {
-      int8_piece(row + 32 * j, sym_scales[j], g);
-      fn(j, g);
+  }
+}
+
+// Calls fn(j, u, w, parity<j % 2>) for every piece j of row n (u: u8 codes; w: the int8 codes,
+// read by the sign trick only).
+template <weight_format F, class Fn>
+[[gnu::always_inline]] inline void for_each_piece(const std::byte* row, std::size_t pieces,
+                                                  Fn&& fn) {
+  if constexpr (F == weight_format::q4_0 || F == weight_format::int4_sym) {
+    constexpr std::size_t bb = F == weight_format::q4_0 ? 18 : 16, at = bb - 16;
+    auto codes = [&](std::size_t j) {
+      const __m256i u = nibbles_lo_hi(row + bb * j + at);
+      // int4_sym: two's complement nibble xor 8 = code + 8 (x is stored evens | odds).
+      return F == weight_format::int4_sym ? _mm256_xor_si256(u, _mm256_set1_epi8(0x08)) : u;
+    };
+    std::size_t j = 0;
+    for (; j + 2 <= pieces; j += 2) {
+      fn(j, codes(j), __m256i{}, parity<0>{});
+      fn(j + 1, codes(j + 1), __m256i{}, parity<1>{});
     }
+    if (j < pieces) fn(j, codes(j), __m256i{}, parity<0>{});
+  } else if constexpr (F == weight_format::q8_0 || F == weight_format::int8_sym) {
+    constexpr std::size_t bb = F == weight_format::q8_0 ? 34 : 32, at = bb - 32;
+    auto piece_fn = [&](std::size_t j, auto par) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + bb * j + at));
+      if constexpr (sign_trick(F)) {
+        fn(j, _mm256_abs_epi8(w), w, par);
+      } else {
+        fn(j, _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80))), w, par);
+      }
+    };
+    std::size_t j = 0;
+    for (; j + 2 <= pieces; j += 2) {
+      piece_fn(j, parity<0>{});
+      piece_fn(j + 1, parity<1>{});
+    }
+    if (j < pieces) piece_fn(j, parity<0>{});
   } else if constexpr (F == weight_format::q4_k) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (std::size_t sb = 0; sb < pieces / 8; ++sb) {
-      const std::byte* b = row + 144 * sb;
-      const float d = load_f16(b), dmin = load_f16(b + 2);
-      const auto* s = reinterpret_cast<const std::uint8_t*>(b + 4);
-      for (std::size_t c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * c));
-        for (std::size_t h = 0; h < 2; ++h) {
-          int sc, mn;
-          q4_k_scale_min(s, 2 * c + h, sc, mn);
-          g.u = _mm256_and_si256(h == 0 ? v : _mm256_srli_epi16(v, 4), low4);
-          g.scale = _mm256_set1_ps(d * static_cast<float>(sc));
-          g.o0 = g.o1 = dmin * static_cast<float>(mn);
-          fn(8 * sb + 2 * c + h, g);
-        }
+      const std::byte* b = row + 144 * sb + 16;
+      NPULLM_UNROLL for (std::size_t c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 * c));
+        fn(8 * sb + 2 * c, _mm256_and_si256(v, low4), __m256i{}, parity<0>{});
+        fn(8 * sb + 2 * c + 1, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), __m256i{},
+           parity<1>{});
       }
     }
   } else if constexpr (F == weight_format::q6_k) {
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     for (std::size_t sb = 0; sb < pieces / 8; ++sb) {
       const auto* b = reinterpret_cast<const std::uint8_t*>(row + 210 * sb);
-      const float d = load_f16(reinterpret_cast<const std::byte*>(b + 208));
-      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
-      for (std::size_t h = 0; h < 2; ++h) {
+      NPULLM_UNROLL for (std::size_t h = 0; h < 2; ++h) {
         const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
         const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
         // Quarter t: low nibble source, qh bits 2t..2t+1 moved to bits 4-5.
-        const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(l0, low4),
-                                              _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
-                              _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                              _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
-                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                              _mm256_and_si256(qh, bits45)),
-                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
-        for (std::size_t t = 0; t < 4; ++t) {
-          const std::size_t p = 4 * h + t;  // piece within the super-block: scales 2p, 2p + 1
-          const float s0 = d * static_cast<float>(sc[2 * p]);
-          const float s1 = d * static_cast<float>(sc[2 * p + 1]);
-          g.u = u[t];
-          g.scale = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
-          g.o0 = 32.0f * s0;
-          g.o1 = 32.0f * s1;
-          fn(8 * sb + p, g);
-        }
+        const std::size_t j = 8 * sb + 4 * h;
+        fn(j,
+           _mm256_or_si256(_mm256_and_si256(l0, low4),
+                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+           __m256i{}, parity<0>{});
+        fn(j + 1,
+           _mm256_or_si256(_mm256_and_si256(l1, low4),
+                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+           __m256i{}, parity<1>{});
+        fn(j + 2,
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                           _mm256_and_si256(qh, bits45)),
+           __m256i{}, parity<0>{});
+        fn(j + 3,
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45)),
+           __m256i{}, parity<1>{});
       }
     }
   }
@@ -302,60 +449,66 @@ template <weight_format F, class Fn>
 template <weight_format F, std::size_t MR>
 void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
                std::size_t n0, std::size_t n1, const float* bias, float* y, std::size_t ldy,
-               std::vector<float>& scales) {
-  const std::size_t k = a.k, blocks = a.blocks;
+               gemv_scratch& t) {
+  constexpr bool halves = F == weight_format::q6_k;  // a scale per half piece
+  const std::size_t k = a.k, blocks = a.blocks, ns = halves ? 2 * a.bpad : a.bpad;
   const std::int8_t* xq = a.codes.data() + m0 * k;
-  const float* xd = a.d.data() + m0 * blocks;
-  const float* xs = a.sums.data() + m0 * blocks * 2;
-  // Rows ahead to prefetch: ~4 KiB of W in flight beyond what the loop reads. (Measured: the
-  // hardware prefetchers alone left the first load of each piece the hot spot, ~2x slower.)
+  const std::int32_t* corr = a.corr.empty() ? nullptr : a.corr.data() + m0 * k / 4;
+  t.s.resize(MR * ns);
+  float* s = t.s.data();
+  // W's rows [n0, n1) are read as 4 streams (4 contiguous quarters, one row of each in turn),
+  // each prefetched ~2 KiB ahead into L1. Measured on the cold k896 n4864 benchmark, 1 thread:
+  // one stream (a row after the next) reached 9-10 GB/s whatever the prefetch distance or hint,
+  // 2 streams 11-13, 4 streams 11.5-16.6 (read_sum: 14 GB/s with one stream, 16.5 with 2 to 8:
+  // the DRAM side serves several streams better than one); without software prefetch, half
+  // that (the hardware prefetchers alone leave the first load of each piece the hot spot).
   const std::size_t rb = w.row_bytes();
-  const std::size_t ahead = std::max<std::size_t>(1, 4096 / std::max<std::size_t>(rb, 1));
-  for (std::size_t n = n0; n < n1; ++n) {
-    if (n + ahead < n1) {
+  constexpr std::size_t prefetch_bytes = 2048, max_streams = 4;
+  const std::size_t ahead = std::max<std::size_t>(1, prefetch_bytes / std::max<std::size_t>(rb, 1));
+  const std::size_t len = n1 - n0, streams = std::min(max_streams, std::max<std::size_t>(len, 1));
+  const std::size_t per_stream = (len + streams - 1) / streams;
+  for (std::size_t i = 0; i < per_stream * streams; ++i) {
+    const std::size_t st = i % streams, n = n0 + st * per_stream + i / streams;
+    const std::size_t end = std::min(n1, n0 + (st + 1) * per_stream);
+    if (n >= end) continue;
+    if (n + ahead < end) {
       const char* next = reinterpret_cast<const char*>(w.data.data() + (n + ahead) * rb);
-      for (std::size_t off = 0; off < rb; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+      for (std::size_t o = 0; o < rb; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
     }
-    if constexpr (F == weight_format::int8_sym || F == weight_format::int4_sym) {
-      piece_scales(w, n, scales);
-    }
-    // Two accumulators per row of x (even / odd pieces): the f32 adds are not one chain.
+    float off[MR] = {};
+    gemv_row_prologue<F, MR>(w, n, a, m0, s, ns, off);
     __m256 acc[MR][2];
-    __m256 off[MR];  // lane 0: Σ o0 · dx Σ xq(0..15), lane 1: Σ o1 · dx Σ xq(16..31)
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for_each_piece<F>(w.data.data() + n * rb, blocks,
+                      [&](std::size_t j, __m256i u, __m256i wv, auto par) {
+                        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+                          const __m256 dot = _mm256_cvtepi32_ps(gemv_dot<sign_trick(F), gemv_int_offset(F) != 0.0f>(
+                              u, wv, xq + m * k + 32 * j, corr + (m * k + 32 * j) / 4));
+                          __m256 sc;
+                          if constexpr (halves) {
+                            sc = _mm256_set_m128(_mm_broadcast_ss(s + m * ns + 2 * j + 1),
+                                                 _mm_broadcast_ss(s + m * ns + 2 * j));
+                          } else {
+                            sc = _mm256_broadcast_ss(s + m * ns + j);
+                          }
+                          acc[m][par] = _mm256_fmadd_ps(dot, sc, acc[m][par]);
+                        }
+                      });
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      acc[m][0] = acc[m][1] = _mm256_setzero_ps();
-      off[m] = _mm256_setzero_ps();
-    }
-    for_each_piece<F>(w, n, scales.data(), [&](std::size_t j, const gemv_piece& g) {
-      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + 32 * j));
-        if constexpr (sign_trick(F)) xv = _mm256_sign_epi8(xv, g.sign);
-        const __m256 dot = _mm256_cvtepi32_ps(dot_u8s8(g.u, xv));
-        __m256& a = acc[m][j & 1];
-        a = _mm256_fmadd_ps(dot, _mm256_mul_ps(g.scale, _mm256_set1_ps(xd[m * blocks + j])), a);
-        if constexpr (!sign_trick(F)) {
-          const __m128 s = _mm_castpd_ps(
-              _mm_load_sd(reinterpret_cast<const double*>(xs + (m * blocks + j) * 2)));
-          const __m128 o = _mm_unpacklo_ps(_mm_set_ss(g.o0), _mm_set_ss(g.o1));
-          off[m] = _mm256_castps128_ps256(_mm_fmadd_ps(o, s, _mm256_castps256_ps128(off[m])));
-        }
-      }
-    });
-    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      const __m128 o = _mm256_castps256_ps128(off[m]);
-      const float offset = _mm_cvtss_f32(_mm_add_ss(o, _mm_movehdup_ps(o)));
-      y[m * ldy + n] = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) - offset + (bias ? bias[n] : 0.0f);
+      y[m * ldy + n] =
+          hsum(_mm256_add_ps(acc[m][0], acc[m][1])) - off[m] + (bias ? bias[n] : 0.0f);
     }
   }
 }
 
 #else
 // ---- portable GEMV: pieces decoded one by one, integer dot products ------------------------
+struct gemv_scratch {};
 
 template <weight_format F, std::size_t MR>
 void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
                std::size_t n0, std::size_t n1, const float* bias, float* y, std::size_t ldy,
-               std::vector<float>&) {
+               gemv_scratch&) {
   const std::size_t k = a.k, blocks = a.blocks;
   piece p;
   for (std::size_t n = n0; n < n1; ++n) {
@@ -383,7 +536,7 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
 template <weight_format F>
 void gemv(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
           const float* bias, float* y, std::size_t ldy) {
-  thread_local std::vector<float> scales;
+  thread_local gemv_scratch scales;
   std::size_t m = 0;
   for (; m + 4 <= a.m; m += 4) gemv_rows<F, 4>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);
   switch (a.m - m) {
@@ -748,7 +901,12 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
   const bool gemm_path = m > quant_gemv_max_m;
   thread_local quantized_activations act;
   const auto [split, biased] = activation_form(F, gemm_path);
-  quantize_activations(x, ldx, m, k, split, biased, act);
+#if defined(__AVX2__)
+  const int gemv_offset = gemm_path ? -1 : static_cast<int>(gemv_int_offset(F));
+#else
+  const int gemv_offset = -1;
+#endif
+  quantize_activations(x, ldx, m, k, split, biased, act, gemv_offset);
 #if defined(__AVX2__)
   const std::size_t unit = gemm_path ? panel_cols : 16;
 #else
