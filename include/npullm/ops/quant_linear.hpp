@@ -445,6 +445,44 @@ template <weight_format F, class Fn>
   }
 }
 
+#if defined(NPULLM_QUANT_VNNI512)
+// AVX-512 VNNI: pieces j and j + 1 in one zmm (u8 codes; x's codes for them are contiguous).
+// One scale per piece: q4_0, int4_sym, q8_0, int8_sym.
+constexpr bool gemv_pairs(weight_format f) noexcept {
+  return f == weight_format::q4_0 || f == weight_format::int4_sym || f == weight_format::q8_0 ||
+         f == weight_format::int8_sym;
+}
+
+template <weight_format F>
+[[gnu::always_inline]] inline __m512i gemv_codes2(const std::byte* row, std::size_t j) noexcept {
+  if constexpr (F == weight_format::q4_0 || F == weight_format::int4_sym) {
+    constexpr std::size_t bb = F == weight_format::q4_0 ? 18 : 16, at = bb - 16;
+    const __m256i a = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + bb * j + at)));
+    const __m256i b = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + bb * (j + 1) + at)));
+    const __m512i z = _mm512_srlv_epi64(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1),
+                                        _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+    if constexpr (F == weight_format::q4_0) {
+      return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    } else {  // (z & 0x0F) ^ 0x08: the two's complement nibble + 8
+      return _mm512_ternarylogic_epi32(z, _mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x08), 0x6A);
+    }
+  } else {
+    __m512i z;
+    if constexpr (F == weight_format::q8_0) {
+      z = _mm512_inserti64x4(
+          _mm512_castsi256_si512(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 34 * j + 2))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 34 * (j + 1) + 2)), 1);
+    } else {
+      z = _mm512_loadu_si512(row + 32 * j);
+    }
+    return _mm512_xor_si512(z, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+}
+#endif
+
 // y rows [m0, m0 + MR), columns [n0, n1).
 template <weight_format F, std::size_t MR>
 void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
@@ -479,6 +517,58 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
     gemv_row_prologue<F, MR>(w, n, a, m0, s, ns, off);
     __m256 acc[MR][2];
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+#if defined(NPULLM_QUANT_VNNI512)
+    if constexpr (gemv_pairs(F)) {
+      // Two pieces per zmm, two accumulators (4 pieces per step); an odd last piece below.
+      const std::byte* row = w.data.data() + n * rb;
+      const __m512i sel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+      __m512 acc2[MR][2];
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        acc2[m][0] = acc2[m][1] = _mm512_setzero_ps();
+      }
+      auto step = [&](std::size_t j, auto par) {
+        const __m512i u = gemv_codes2<F>(row, j);
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const __m512i xv = _mm512_loadu_si512(xq + m * k + 32 * j);
+          const __m512i c = _mm512_loadu_si512(corr + (m * k + 32 * j) / 4);
+          const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, u, xv));
+          const __m512 sc = _mm512_permutexvar_ps(
+              sel, _mm512_castps128_ps512(_mm_castpd_ps(
+                       _mm_load_sd(reinterpret_cast<const double*>(s + m * ns + j)))));
+          acc2[m][par] = _mm512_fmadd_ps(dot, sc, acc2[m][par]);
+        }
+      };
+      std::size_t j = 0;
+      for (; j + 4 <= blocks; j += 4) {
+        step(j, parity<0>{});
+        step(j + 2, parity<1>{});
+      }
+      if (j + 2 <= blocks) {
+        step(j, parity<0>{});
+        j += 2;
+      }
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const __m512 t2 = _mm512_add_ps(acc2[m][0], acc2[m][1]);
+        acc[m][0] = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
+      }
+      if (j < blocks) {  // the odd last piece, 256 bits wide
+        for_each_piece<F>(row + (F == weight_format::q4_0   ? 18
+                                 : F == weight_format::q8_0 ? 34
+                                 : F == weight_format::int4_sym ? 16
+                                                                : 32) *
+                                    j,
+                          1, [&](std::size_t, __m256i u, __m256i wv, auto) {
+                            NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+                              const __m256 dot = _mm256_cvtepi32_ps(
+                                  gemv_dot<false, true>(u, wv, xq + m * k + 32 * j,
+                                                        corr + (m * k + 32 * j) / 4));
+                              acc[m][1] = _mm256_fmadd_ps(
+                                  dot, _mm256_broadcast_ss(s + m * ns + j), acc[m][1]);
+                            }
+                          });
+      }
+    } else
+#endif
     for_each_piece<F>(w.data.data() + n * rb, blocks,
                       [&](std::size_t j, __m256i u, __m256i wv, auto par) {
                         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
