@@ -254,16 +254,38 @@ inline __m256 u8x8_to_ps(std::uint64_t v) noexcept {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(v))));
 }
 
+// What the symmetric formats' scale reads need, computed once per call (divisions included).
+struct sym_scales {
+  std::size_t groups = 0, per = 1, ss = 4;  // groups per row, pieces per group, scale bytes
+  bool one = false;                         // one group per row
+  __m256i idx{};                            // piece i of 8 -> group offset
+  const std::byte* end = nullptr;           // end of the scales tensor
+  explicit sym_scales(const quantized_view& w) {
+    if (is_block_format(w.format)) return;
+    groups = w.groups();
+    per = w.group / 32;
+    ss = size_of(w.scale_type);
+    one = per == w.cols / 32;
+    idx = one ? _mm256_setzero_si256()
+              : _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                  per == 1 ? 0 : per == 2 ? 1 : 2);
+    end = w.scales.data() + w.scales.size();
+  }
+};
+
 // The row's scales for pieces j .. j + 7 (j a multiple of 8; lanes past the row's pieces: 0),
 // built in registers: a vector load over several recent scalar stores cannot be forwarded and
 // stalls until they retire (measured: ~25% of the GEMV's time when the f16 scales went through
 // a buffer). One scale per piece: q4_0, q8_0, int4_sym, int8_sym.
 template <weight_format F>
-[[gnu::always_inline]] inline __m256 gemv_scales8(const quantized_view& w, const std::byte* row,
-                                                  std::size_t n, std::size_t j,
-                                                  std::size_t pieces) noexcept {
+[[gnu::always_inline]] inline __m256 gemv_scales8(const quantized_view& w, const sym_scales& g,
+                                                  const std::byte* row, std::size_t n,
+                                                  std::size_t j, std::size_t pieces) noexcept {
   const std::size_t valid = std::min<std::size_t>(8, pieces - j);
   if constexpr (F == weight_format::q4_0 || F == weight_format::q8_0) {
+    (void)w;
+    (void)g;
+    (void)n;
     constexpr int bb = F == weight_format::q4_0 ? 18 : 34;
     const __m256i idx = _mm256_setr_epi32(0, bb, 2 * bb, 3 * bb, 4 * bb, 5 * bb, 6 * bb, 7 * bb);
     // Low 16 bits of each dword into the low 8 bytes of each 128-bit lane.
@@ -271,37 +293,33 @@ template <weight_format F>
                                           -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1,
                                           -1, -1);
     const auto* base = reinterpret_cast<const int*>(row + bb * j);
-    __m256i g;
+    __m256i v;
     if (valid == 8) {
-      g = _mm256_i32gather_epi32(base, idx, 1);
+      v = _mm256_i32gather_epi32(base, idx, 1);
     } else {  // the row's last pieces: no read past them
       const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      g = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base, idx, mask, 1);
+      v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base, idx, mask, 1);
     }
-    const __m256i h = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(g, pick), 0x08);
+    const __m256i h = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, pick), 0x08);
     return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
   } else {
-    const std::size_t groups = w.groups(), per = w.group / 32, ss = size_of(w.scale_type);
-    // Pieces j .. j + 7 read groups g0 + (i >> sh), or group 0 (per == pieces: one group).
-    const bool one = per == pieces;
-    const std::size_t g0 = one ? 0 : j / per;
-    const std::byte* p = w.scales.data() + (n * groups + g0) * ss;
-    const std::size_t avail = groups - g0;  // groups of this row from g0 on
-    const __m256i idx =
-        one ? _mm256_setzero_si256()
-            : _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), per == 1 ? 0 : per == 2 ? 1 : 2);
+    (void)row;
+    // Pieces j .. j + 7 read groups g0 + (i / per), or group 0 (one group per row).
+    const std::size_t g0 = g.one ? 0 : j / g.per;
+    const std::byte* p = w.scales.data() + (n * g.groups + g0) * g.ss;
     __m256 g8;
-    if (avail >= 8 || p + 8 * ss <= w.scales.data() + w.scales.size()) {
+    if (p + 8 * g.ss <= g.end) {
       g8 = w.scale_type == dtype::f16
                ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
                : _mm256_loadu_ps(reinterpret_cast<const float*>(p));
     } else {  // the matrix's last groups: through memory, once per call
       alignas(32) float tmp[8] = {};
-      for (std::size_t g = 0; g < avail; ++g) tmp[g] = w.scale(n, g0 + g);
+      for (std::size_t i = 0; i < g.groups - g0 && i < 8; ++i) tmp[i] = w.scale(n, g0 + i);
       g8 = _mm256_load_ps(tmp);
     }
-    const __m256 s8 = _mm256_permutevar8x32_ps(g8, idx);
+    const __m256 s8 = _mm256_permutevar8x32_ps(g8, g.idx);
+    if (valid == 8) return s8;
     // Lanes past the row's pieces may hold the next row's scales: zero them.
     const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)),
                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -312,7 +330,8 @@ template <weight_format F>
 // Row n's prologue: S[m][j] = s_j · dx_j for the MR rows of x (q6_k: per half piece), and
 // off[m]: q4_k's min term Σ_j dmin · m_j · dx_j Σ codes_j (the other formats' offsets are in corr).
 template <weight_format F, std::size_t MR>
-[[gnu::always_inline]] inline void gemv_row_prologue(const quantized_view& w, std::size_t n,
+[[gnu::always_inline]] inline void gemv_row_prologue(const quantized_view& w,
+                                                     const sym_scales& g, std::size_t n,
                                                      const quantized_activations& a,
                                                      std::size_t m0, float* s, std::size_t ns,
                                                      float* off) noexcept {
@@ -361,7 +380,7 @@ template <weight_format F, std::size_t MR>
     }
   } else {
     for (std::size_t j = 0; j < pieces; j += 8) {
-      const __m256 s8 = gemv_scales8<F>(w, row, n, j, pieces);
+      const __m256 s8 = gemv_scales8<F>(w, g, row, n, j, pieces);
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         _mm256_store_ps(s + m * ns + j, _mm256_mul_ps(s8, _mm256_loadu_ps(dx + m * bpad + j)));
       }
@@ -494,6 +513,7 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
   const std::int32_t* corr = a.corr.empty() ? nullptr : a.corr.data() + m0 * k / 4;
   t.s.resize(MR * ns);
   float* s = t.s.data();
+  const sym_scales sym(w);
   // W's rows [n0, n1) are read as 4 streams (4 contiguous quarters, one row of each in turn),
   // each prefetched ~2 KiB ahead into L1. Measured on the cold k896 n4864 benchmark, 1 thread:
   // one stream (a row after the next) reached 9-10 GB/s whatever the prefetch distance or hint,
@@ -514,7 +534,7 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
       for (std::size_t o = 0; o < rb; o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
     }
     float off[MR] = {};
-    gemv_row_prologue<F, MR>(w, n, a, m0, s, ns, off);
+    gemv_row_prologue<F, MR>(w, sym, n, a, m0, s, ns, off);
     __m256 acc[MR][2];
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
 #if defined(NPULLM_QUANT_VNNI512)
