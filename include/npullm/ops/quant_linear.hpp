@@ -114,7 +114,7 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m,
   out.bpad = (out.blocks + 7) / 8 * 8;
   out.codes.resize(m * k);
   out.d.resize(m * out.blocks);
-  out.sums.resize(m * out.blocks * 2);
+  out.sums.resize(m * out.blocks * 2 + 16);  // + finite slack that the GEMV's last chunk reads
   if (gemv_offset >= 0) {
     out.dpad.assign(m * out.bpad, 0.0f);
     out.corr.resize(gemv_offset > 0 ? m * k / 4 : 0);
@@ -229,6 +229,18 @@ constexpr float gemv_int_offset(weight_format f) noexcept {
     case weight_format::int8_sym: return sign_trick(f) ? 0.0f : 128.0f;
     default: return 0.0f;  // q4_k: its min is a separate offset
   }
+}
+
+// Whether the offset term rides in the dot product (corr as vpdpbusd's accumulator input: no
+// extra instruction) or, without VNNI (where it would cost an add per piece), in the row's
+// prologue as o · Σ_j s_j · dx_j Σ codes_j, 8 pieces per FMA.
+constexpr bool dot_corr(weight_format f) noexcept {
+#if defined(NPULLM_QUANT_VNNI256)
+  return gemv_int_offset(f) != 0.0f;
+#else
+  (void)f;
+  return false;
+#endif
 }
 
 struct gemv_scratch {
@@ -362,6 +374,8 @@ template <weight_format F, std::size_t MR>
     }
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) off[m] = hsum(o8[m]);
   } else if constexpr (F == weight_format::q6_k) {
+    __m256 o8[MR];
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) o8[m] = _mm256_setzero_ps();
     for (std::size_t j = 0; j < pieces; j += 8) {
       const auto* b = reinterpret_cast<const std::uint8_t*>(row + 210 * (j / 8));
       const __m256 d = _mm256_set1_ps(load_f16(reinterpret_cast<const std::byte*>(b + 208)));
@@ -370,6 +384,11 @@ template <weight_format F, std::size_t MR>
       const __m256 s1 =
           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d);
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        if constexpr (!dot_corr(F)) {  // o · s per half times dx Σ codes of the half
+          const float* sm = a.sums.data() + (m0 + m) * a.blocks * 2 + 2 * j;
+          o8[m] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(sm), o8[m]);
+          o8[m] = _mm256_fmadd_ps(s1, _mm256_loadu_ps(sm + 8), o8[m]);
+        }
         const __m256 d8 = _mm256_loadu_ps(dx + m * bpad + j);  // dx of pieces j .. j + 7
         // dx per half: d0 d0 d1 d1 d2 d2 d3 d3 | d4 d4 .. d7 d7
         const __m256 lo = _mm256_unpacklo_ps(d8, d8), hi = _mm256_unpackhi_ps(d8, d8);
@@ -378,11 +397,30 @@ template <weight_format F, std::size_t MR>
                         _mm256_mul_ps(s1, _mm256_permute2f128_ps(lo, hi, 0x31)));
       }
     }
+    if constexpr (!dot_corr(F)) {
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) off[m] = 32.0f * hsum(o8[m]);
+    }
   } else {
+    __m256 o8[MR];
+    NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) o8[m] = _mm256_setzero_ps();
     for (std::size_t j = 0; j < pieces; j += 8) {
-      const __m256 s8 = gemv_scales8<F>(w, g, row, n, j, pieces);
+      const __m256 s8 = gemv_scales8<F>(w, g, row, n, j, pieces);  // 0 past the row's pieces
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         _mm256_store_ps(s + m * ns + j, _mm256_mul_ps(s8, _mm256_loadu_ps(dx + m * bpad + j)));
+        if constexpr (!dot_corr(F) && gemv_int_offset(F) != 0.0f) {
+          // dx Σ codes per piece (the halves' sums added pairwise; sums has 16 floats of
+          // finite slack at its end for the last chunk, times s8's zero lanes)
+          const float* sm = a.sums.data() + (m0 + m) * a.blocks * 2 + 2 * j;
+          const __m256 xs = _mm256_castpd_ps(_mm256_permute4x64_pd(
+              _mm256_castps_pd(_mm256_hadd_ps(_mm256_loadu_ps(sm), _mm256_loadu_ps(sm + 8))),
+              0xD8));
+          o8[m] = _mm256_fmadd_ps(s8, xs, o8[m]);
+        }
+      }
+    }
+    if constexpr (!dot_corr(F) && gemv_int_offset(F) != 0.0f) {
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        off[m] = gemv_int_offset(F) * hsum(o8[m]);
       }
     }
   }
@@ -592,7 +630,7 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
     for_each_piece<F>(w.data.data() + n * rb, blocks,
                       [&](std::size_t j, __m256i u, __m256i wv, auto par) {
                         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-                          const __m256 dot = _mm256_cvtepi32_ps(gemv_dot<sign_trick(F), gemv_int_offset(F) != 0.0f>(
+                          const __m256 dot = _mm256_cvtepi32_ps(gemv_dot<sign_trick(F), dot_corr(F)>(
                               u, wv, xq + m * k + 32 * j, corr + (m * k + 32 * j) / 4));
                           __m256 sc;
                           if constexpr (halves) {
@@ -1012,7 +1050,8 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
   thread_local quantized_activations act;
   const auto [split, biased] = activation_form(F, gemm_path);
 #if defined(__AVX2__)
-  const int gemv_offset = gemm_path ? -1 : static_cast<int>(gemv_int_offset(F));
+  const int gemv_offset =
+      gemm_path ? -1 : dot_corr(F) ? static_cast<int>(gemv_int_offset(F)) : 0;
 #else
   const int gemv_offset = -1;
 #endif
