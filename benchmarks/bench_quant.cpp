@@ -5,7 +5,10 @@
 //           bandwidth measured in this process); "cold" rotates over enough weight copies to
 //           pass 128 MiB, as bench_ops does.
 //   m512: GEMM; GFLOPs (2 M N K) and pct_peak (% of the int8 dot-product peak measured with
-//           the kernels' own instructions, machine_limits.hpp int8_gops).
+//           the kernels' own instructions, machine_limits.hpp int8_gops). Plain AVX2 builds: the
+//           peak loop is vpmaddubsw + vpmaddwd + vpaddd per 32 multiply-adds, while the 4-bit
+//           GEMMs add 8 vpmaddubsw results in i16 before one vpmaddwd, so they can pass 100%
+//           (the bound for any vpmaddubsw kernel is about twice that peak).
 //   m512/.../packed: the same GEMM over ops::pack(W) (panels decoded once, at load: each call
 //           runs only the micro-kernel); the plain m512 rows decode W's panels in every call.
 //   x_naive: speedup over the naive route in the same binary: dequantize W to f32 (the

@@ -15,24 +15,41 @@
 //
 // Paths (the integer dot product per ISA: AVX-512 VNNI / AVX-VNNI `vpdpbusd` where the
 // compiler targets them, else AVX2 `vpmaddubsw` + `vpmaddwd`; portable: scalar integers):
-//   M <= 16 (GEMV)  W read in place, row by row, each row once (x's rows in groups of up to 4
-//                   share the unpacked piece; the row stays in L1 across groups): one 32-byte
-//                   register of codes per piece, unpacked with shifts and masks, its dot product
-//                   with each row of x, 8 f32 lanes per row reduced at the end of the W row.
+//   M <= 16 (GEMV)  W read in place, row by row, each row once per group of up to 4 rows of x
+//                   (x's rows in groups of 4 share the unpacked piece; M > 4 reads W M/4 times).
+//                   Per W row a short vector prologue builds S[m][j] = s_j · dx_j for every
+//                   piece (scales gathered / permuted in registers, q4_k's packed 6-bit scales
+//                   unpacked as llama.cpp does) and the row's offset or min term; the piece loop
+//                   then only unpacks codes (shift + mask), takes one dot product per row of x
+//                   and adds cvt(dot) · S into one of two f32 accumulators. With VNNI the
+//                   integer offset rides in the dot product (per-call `corr` lanes −o · Σ4 xq as
+//                   vpdpbusd's accumulator input); without, in the prologue (8 pieces per FMA).
+//                   AVX-512 VNNI takes two pieces per zmm (q4_0, int4_sym, q8_0, int8_sym).
 //                   The int8 formats without VNNI use the sign trick (|w| · sign(x, w)), since
 //                   maddubs's u8 operand cannot hold w + 128 without saturating the i16 sums.
+//                   A thread reads its rows as 4 streams, each software-prefetched 2 KiB ahead
+//                   (one stream could not pass ~10 GB/s here; see gemv_rows).
 //   M > 16 (GEMM)   per panel of P output columns (AVX-512 VNNI: 32, else 8) the W rows are
-//                   decoded once per call into an L1/L2-resident interleaved panel: for each
-//                   piece, 8 chunks of (P columns × 4 codes) as signed int8, plus per-column
-//                   scales and integer corrections; then a micro-kernel of MR rows of x × P
-//                   columns broadcasts 4 codes of x (as u8: code + 128) and takes one dot
-//                   product per chunk for all P columns at once: no horizontal sums, and W's
-//                   decode cost is shared by all M rows. (Σ (xq + 128) w = Σ xq w + 128 Σ w:
-//                   the panel carries −128 Σ w per column as the accumulator's start.)
+//                   decoded into an interleaved panel: for each piece, 8 chunks of (P columns ×
+//                   4 codes) as signed int8, plus per-column scales and integer corrections;
+//                   then a micro-kernel of MR rows of x × P columns broadcasts 4 codes of x (as
+//                   u8: code + 128) and takes one dot product per chunk for all P columns at
+//                   once: no horizontal sums. (Σ (xq + 128) w = Σ xq w + 128 Σ w: the panel
+//                   carries −128 Σ w per column as the accumulator's start.) Plain AVX2 adds up
+//                   to 8 chunks' vpmaddubsw pair sums in i16 (|pair| <= 2 · 255 · 8 for codes in
+//                   −8..8; q4_k's codes are stored −8..7 for it) before one vpmaddwd, so its
+//                   4-bit GEMMs run fewer instructions than machine_limits' int8 peak loop
+//                   (vpmaddubsw + vpmaddwd + vpaddd per chunk) and can report over 100% of it.
+//                   linear over a quantized_view decodes each panel per call (~40% of the GEMM's
+//                   time); pack() decodes them once, at load (packed_quantized below), and the
+//                   linear overload for it runs only the micro-kernel.
 //   portable        the same two shapes in scalar integer code (pieces decoded one by one).
+// The f32 multiply per piece and accumulator (cvt, scale, FMA: 3 instructions per 8 vpdpbusd
+// in the AVX-512 micro-kernel) cannot be deferred: x's scale changes every 32 values and the
+// tests' error bound is the one of per-32 activation blocks. That caps the VNNI micro-kernel
+// at 8 / 11 of the vpdpbusd peak (q4_k, with its min FMA: 8 / 12).
 // No f32 dequantize-in-register path was written (so none was measured against the integer
-// paths). GEMM decodes each panel per call (see bench_quant: that decode is ~45% of GEMM time).
-// K must be a multiple of 32 (every format; a symmetric format's group too).
+// paths). K must be a multiple of 32 (every format; a symmetric format's group too).
 // Threads split N into contiguous parts; results do not depend on the thread count.
 #pragma once
 
@@ -1215,6 +1232,7 @@ void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quan
     return;
   }
   using F = weight_format;
+  (void)packed;  // (read only where there are panels: AVX2 and up)
   auto run = [&]<F f>() {
 #if defined(__AVX2__)
     if (packed != nullptr && m > quant_gemv_max_m) {
