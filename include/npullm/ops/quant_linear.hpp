@@ -116,6 +116,7 @@ struct quantized_activations {
   std::vector<std::int8_t> codes;
   std::vector<float> d, dpad;
   std::vector<float> sums;
+  std::vector<float> tot;  // (M, K/32): dx · Σ codes of the block (the two sums added)
   std::vector<std::int32_t> corr;
 };
 
@@ -132,6 +133,7 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m,
   out.codes.resize(m * k);
   out.d.resize(m * out.blocks);
   out.sums.resize(m * out.blocks * 2 + 16);  // + finite slack that the GEMV's last chunk reads
+  out.tot.resize(m * out.blocks);
   if (gemv_offset >= 0) {
     out.dpad.assign(m * out.bpad, 0.0f);
     out.corr.resize(gemv_offset > 0 ? m * k / 4 : 0);
@@ -166,6 +168,8 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m,
       }
       out.sums[(r * out.blocks + j) * 2] = d * static_cast<float>(s0);
       out.sums[(r * out.blocks + j) * 2 + 1] = d * static_cast<float>(s1);
+      out.tot[r * out.blocks + j] =
+          out.sums[(r * out.blocks + j) * 2] + out.sums[(r * out.blocks + j) * 2 + 1];
     }
   }
 }
@@ -970,8 +974,7 @@ void gemm_micro(const quantized_activations& a, std::size_t m0, const panel_ref&
     }
     if constexpr (mins) {
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-        const float* s = a.sums.data() + ((m0 + m) * blocks + j) * 2;
-        const qvec::f xs = qvec::set1(s[0] + s[1]);
+        const qvec::f xs = qvec::set1(a.tot[(m0 + m) * blocks + j]);
         NPULLM_UNROLL for (std::size_t v = 0; v < V; ++v) {
           acc[m][v] = qvec::fnmadd(qvec::loadf(p.offset + j * P + v * L), xs, acc[m][v]);
         }
