@@ -330,6 +330,44 @@ TEST(QuantLinear, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// pack(): the packed panels give what linear over the view gives, bit for bit (the view path is
+// checked against the reference above), at GEMV and GEMM row counts, odd N and K, with bias and
+// a thread pool; and the packed object reports the source's shape.
+TEST(QuantLinear, PackedEqualsTheViewPath) {
+  const thread_pool pool(3);
+  for (const auto f : all_formats) {
+    const bool super = ops::block_values(f) == 256;
+    for (const std::size_t k : {super ? std::size_t{256} : std::size_t{96},
+                                super ? std::size_t{768} : std::size_t{800}}) {
+      for (const std::size_t n : {1u, 17u, 37u, 70u}) {
+        std::mt19937 rng(static_cast<unsigned>(n * 31 + k));
+        std::vector<std::byte> raw;
+        const auto owned = random_matrix(f, n, k, rng, raw);
+        const ops::quantized_view w = raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
+        const auto packed = ops::pack(w, pool);
+        ASSERT_EQ(packed.rows(), n);
+        ASSERT_EQ(packed.cols(), k);
+        ASSERT_EQ(packed.format(), f);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        std::vector<float> bias(n);
+        for (float& b : bias) b = u(rng);
+        for (const std::size_t m : {1u, 5u, 17u, 23u, 37u}) {
+          SCOPED_TRACE(std::string(ops::to_string(f)) + " m " + std::to_string(m) + " n " +
+                       std::to_string(n) + " k " + std::to_string(k));
+          tensor<float, 2> x(m, k), y_view(m, n), y_packed(m, n), y_threads(m, n);
+          for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
+          ops::linear(x.view(), w, y_view.view(), bias);
+          ops::linear(x.view(), packed, y_packed.view(), bias);
+          ops::linear(x.view(), packed, y_threads.view(), bias, pool);
+          ASSERT_EQ(std::memcmp(y_view.data(), y_packed.data(), y_view.size() * sizeof(float)), 0);
+          ASSERT_EQ(std::memcmp(y_view.data(), y_threads.data(), y_view.size() * sizeof(float)),
+                    0);
+        }
+      }
+    }
+  }
+}
+
 // ---- bad input ---------------------------------------------------------------------------------
 
 TEST(QuantErrors, ViewChecksShapesAndSizes) {
@@ -398,6 +436,11 @@ TEST(QuantErrors, LinearRefusesAndLeavesYAsItWas) {
   tensor<float, 2> x40(3, 40);
   expect_code([&] { ops::linear(x40.view(), q40.view(), y.view()); }, error_code::invalid_shape,
               "multiples of 32");
+  untouched();
+  expect_code([&] { (void)ops::pack(q40.view()); }, error_code::invalid_shape, "multiples of 32");
+  const auto packed = ops::pack(q.view());
+  expect_code([&] { ops::linear(x_bad.view(), packed, y.view()); }, error_code::invalid_shape,
+              "want x [M, K]");
   untouched();
 }
 
