@@ -56,10 +56,10 @@ struct quantization {
 // files already store quantized (npullm_quantize's safetensors) is used as stored.
 struct load_options {
   // Every layer's q/k/v/o/gate/up/down (the Intel NPU recipe: int4_sym, group 128).
-  std::optional<quantization> projections;
+  std::optional<quantization> projections = std::nullopt;
   // The token embedding and the LM head (once when tied): the NPU recipe keeps them int8
   // (int8_sym, per channel). The gather dequantizes the rows it reads.
-  std::optional<quantization> embedding_and_head;
+  std::optional<quantization> embedding_and_head = std::nullopt;
 };
 
 // A weight matrix (N, K): dense in W as stored, or quantized (a checked view of its blocks,
