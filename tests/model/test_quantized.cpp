@@ -616,3 +616,44 @@ TEST(gguf_model, refuses_a_dense_matrix_of_another_type_than_w) {
 }
 
 }  // namespace
+
+// ---- npullm_quantize's files (ctest runs the program first; see tests/CMakeLists.txt) -------
+
+namespace {
+
+std::vector<float> logits_bf16(std::shared_ptr<const model_weights<npullm::bfloat16>> w) {
+  model::causal_lm<model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>,
+                                          npullm::bfloat16>>
+      lm(std::move(w), {.max_sequence = 64});
+  const auto out = lm.prefill(prompt, npullm::output_selection::all_rows());
+  return {out.logits.data(), out.logits.data() + out.logits.size()};
+}
+
+fs::path cli_dir() {
+  const char* d = std::getenv("NPULLM_QUANTIZE_DIR");
+  return d ? fs::path(d) : fs::path();
+}
+
+TEST(cli, gguf_written_by_npullm_quantize_loads_and_runs_as_quantize_at_load) {
+  if (cli_dir().empty()) GTEST_SKIP() << "run through ctest (test_quantized_cli)";
+  const auto file = model_weights<npullm::bfloat16>::load_gguf(cli_dir() / "model-q4_0.gguf");
+  const auto at_load = model_weights<npullm::bfloat16>::load(
+      cli_dir() / "model", {.projections = quantization{weight_format::q4_0, 0},
+                            .embedding_and_head = quantization{weight_format::q8_0, 0}});
+  EXPECT_EQ(file->config().family, model::model_family::llama);
+  EXPECT_EQ(file->quantized_matrices(), at_load->quantized_matrices());
+  EXPECT_EQ(logits_bf16(file), logits_bf16(at_load));
+}
+
+TEST(cli, safetensors_written_by_npullm_quantize_loads_and_runs_as_quantize_at_load) {
+  if (cli_dir().empty()) GTEST_SKIP() << "run through ctest (test_quantized_cli)";
+  const auto file = model_weights<npullm::bfloat16>::load(cli_dir() / "model-int4");
+  const auto at_load = model_weights<npullm::bfloat16>::load(
+      cli_dir() / "model", {.projections = quantization{weight_format::int4_sym, 128},
+                            .embedding_and_head = quantization{weight_format::int8_sym, 0}});
+  EXPECT_EQ(file->layers[0].gate.quantized->format, weight_format::int4_sym);
+  EXPECT_EQ(file->embed.quantized->format, weight_format::int8_sym);
+  EXPECT_EQ(logits_bf16(file), logits_bf16(at_load));
+}
+
+}  // namespace
