@@ -123,7 +123,8 @@ std::shared_ptr<const npullm::model::model_weights<npullm::bfloat16>> quantized_
     const std::string& format) {
   using npullm::model::quantization;
   using npullm::ops::weight_format;
-  static std::map<std::string, std::shared_ptr<const npullm::model::model_weights<npullm::bfloat16>>>
+  static std::map<std::string,
+                  std::shared_ptr<const npullm::model::model_weights<npullm::bfloat16>>>
       cache;
   auto& w = cache[format];
   if (!w) {

@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
       t = clock_type::now();
       for (std::size_t i = 0; i < new_tokens; ++i) {
         const auto step = q.decode(next);
-        npullm::ops::argmax(
-            npullm::dense_view<const float, 2>(step.logits.data(), 1, c.vocab_size), next);
+        npullm::ops::argmax(npullm::dense_view<const float, 2>(step.logits.data(), 1, c.vocab_size),
+                            next);
         progress("int4", i + 1, new_tokens, since(t));
       }
       int4_tps = static_cast<double>(new_tokens) / since(t);
@@ -149,9 +149,10 @@ int main(int argc, char** argv) {
         for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
           int4_per_token += static_cast<double>(m->bytes());
       }
-      std::printf("\ndecode   int4 (g128, int8 head) %.1f tokens/s beside bf16 %.1f tokens/s "
-                  "(x%.2f), %.0f MB read per token; quantized at load in %.1f s\n",
-                  int4_tps, tps, int4_tps / tps, int4_per_token / 1e6, quantize_s);
+      std::printf(
+          "\ndecode   int4 (g128, int8 head) %.1f tokens/s beside bf16 %.1f tokens/s "
+          "(x%.2f), %.0f MB read per token; quantized at load in %.1f s\n",
+          int4_tps, tps, int4_tps / tps, int4_per_token / 1e6, quantize_s);
     }
 
     // Batched generation: several prompts at once (continuous batching, one packed decode step

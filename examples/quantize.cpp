@@ -63,8 +63,8 @@ void run(const std::filesystem::path& in, const std::filesystem::path& out,
   }
   const auto t2 = std::chrono::steady_clock::now();
   std::printf("%zu matrices quantized in %.1f s, written to %s in %.1f s\n",
-              w->quantized_matrices(), std::chrono::duration<double>(t1 - t0).count(),
-              out.c_str(), std::chrono::duration<double>(t2 - t1).count());
+              w->quantized_matrices(), std::chrono::duration<double>(t1 - t0).count(), out.c_str(),
+              std::chrono::duration<double>(t2 - t1).count());
 }
 
 }  // namespace
@@ -79,9 +79,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    model::load_options options{.projections = model::quantization{weight_format::int4_sym, 128},
-                                .embedding_and_head =
-                                    model::quantization{weight_format::int8_sym, 0}};
+    model::load_options options{
+        .projections = model::quantization{weight_format::int4_sym, 128},
+        .embedding_and_head = model::quantization{weight_format::int8_sym, 0}};
     bool gguf = false;
     for (int i = 3; i < argc; ++i) {
       const std::string a = argv[i];

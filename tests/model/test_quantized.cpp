@@ -33,18 +33,17 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace model = npullm::model;
-using npullm::error_code;
-using npullm::ops::weight_format;
 using model::load_options;
 using model::model_weights;
 using model::quantization;
+using npullm::error_code;
+using npullm::ops::weight_format;
 
 using lm_type = model::causal_lm<
     model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
 
 fs::path scratch(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("npullm_q_" + std::to_string(::getpid())) / name;
+  const fs::path d = fs::temp_directory_path() / ("npullm_q_" + std::to_string(::getpid())) / name;
   fs::create_directories(d.parent_path());
   return d;
 }
@@ -224,7 +223,8 @@ TEST(quantize_at_load, projections_only_keeps_the_embedding_dense_and_the_packin
   // Packing on: the dense matrices would be packed, the quantized ones are not.
   lm_type lm(w, {.max_sequence = 32, .packing = model::weight_packing::on});
   const auto out = lm.prefill(prompt);
-  for (std::size_t i = 0; i < out.logits.size(); ++i) ASSERT_TRUE(std::isfinite(out.logits.data()[i]));
+  for (std::size_t i = 0; i < out.logits.size(); ++i)
+    ASSERT_TRUE(std::isfinite(out.logits.data()[i]));
 }
 
 TEST(quantize_at_load, refuses_a_format_without_a_quantizer_and_a_bad_group) {
@@ -254,7 +254,8 @@ TEST(quantized_safetensors, round_trip_gives_the_logits_of_quantize_at_load_exac
     const load_options opts{.projections = q,
                             .embedding_and_head = quantization{weight_format::int8_sym, 0}};
     const auto w = model_weights<float>::load(tiny_dir(preset), opts);
-    const fs::path out = scratch(std::string("st_") + preset + std::string(npullm::ops::to_string(q.format)));
+    const fs::path out =
+        scratch(std::string("st_") + preset + std::string(npullm::ops::to_string(q.format)));
     model::save_safetensors(*w, out);
     EXPECT_EQ(model::stored_weight_type(out), npullm::dtype::f32);
     const auto back = model_weights<float>::load(out);  // no options: stored quantized
@@ -297,7 +298,8 @@ std::vector<std::byte> quantize_q4_k(const float* x, std::size_t n, std::size_t 
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; ++j) {
       float lo = v[32 * j], hi = v[32 * j];
-      for (int i = 0; i < 32; ++i) lo = std::min(lo, v[32 * j + i]), hi = std::max(hi, v[32 * j + i]);
+      for (int i = 0; i < 32; ++i)
+        lo = std::min(lo, v[32 * j + i]), hi = std::max(hi, v[32 * j + i]);
       lo = std::min(lo, 0.0f);
       scale[j] = (hi - lo) / 15;
       mn[j] = -lo;
@@ -324,8 +326,9 @@ std::vector<std::byte> quantize_q4_k(const float* x, std::size_t n, std::size_t 
       const float step = d * static_cast<float>(sc[j]), off = dmin * static_cast<float>(m[j]);
       for (int i = 0; i < 32; ++i) {
         const int code =
-            step > 0 ? std::clamp(static_cast<int>(std::lround((v[32 * j + i] + off) / step)), 0, 15)
-                     : 0;
+            step > 0
+                ? std::clamp(static_cast<int>(std::lround((v[32 * j + i] + off) / step)), 0, 15)
+                : 0;
         q[32 * (j / 2) + i] |= static_cast<std::uint8_t>(code << (4 * (j % 2)));
       }
     }
@@ -357,7 +360,8 @@ std::vector<std::byte> quantize_q6_k(const float* x, std::size_t n, std::size_t 
         const int q =
             step > 0 ? std::clamp(static_cast<int>(std::lround(v[e] / step)) + 32, 0, 63) : 32;
         const std::size_t h = e / 128, l = e % 32, quarter = (e % 128) / 32;
-        b[64 * h + l + (quarter % 2) * 32] |= static_cast<std::uint8_t>((q & 0xF) << ((quarter / 2) * 4));
+        b[64 * h + l + (quarter % 2) * 32] |=
+            static_cast<std::uint8_t>((q & 0xF) << ((quarter / 2) * 4));
         b[128 + 32 * h + l] |= static_cast<std::uint8_t>((q >> 4) << (2 * quarter));
       }
     }
@@ -406,8 +410,8 @@ fs::path write_gguf(const fs::path& dir, const fs::path& path, const gguf_spec& 
       std::vector<std::byte> bytes(count * 4);
       std::memcpy(bytes.data(), x, count * 4);
       if (name == spec.bad_tensor) bytes.resize(sh[0] * 4);
-      const std::size_t heads = name.find("q_proj") != std::string::npos ? c.num_attention_heads
-                                                                          : c.num_key_value_heads;
+      const std::size_t heads =
+          name.find("q_proj") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
       if (model::gguf_rows_permuted(c.family, name)) bytes = llama_permute(bytes, count, heads, 4);
       g.add_tensor(gname, ggml_type::f32, sh, std::move(bytes));
       continue;
@@ -436,8 +440,8 @@ fs::path write_gguf(const fs::path& dir, const fs::path& path, const gguf_spec& 
                      npullm::model::ggml_traits(t).block_bytes);
     }
     if (model::gguf_rows_permuted(c.family, name)) {
-      const std::size_t heads = name.find("q_proj") != std::string::npos ? c.num_attention_heads
-                                                                          : c.num_key_value_heads;
+      const std::size_t heads =
+          name.find("q_proj") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
       bytes = llama_permute(bytes, n, heads, bytes.size() / n);
     }
     if (name == spec.bad_tensor) bytes.resize(bytes.size() / n * sh[0]);
@@ -448,7 +452,8 @@ fs::path write_gguf(const fs::path& dir, const fs::path& path, const gguf_spec& 
 }
 
 TEST(gguf_model, name_mapping_and_permutation_rows) {
-  EXPECT_EQ(model::gguf_tensor_name("model.layers.12.mlp.down_proj.weight"), "blk.12.ffn_down.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.12.mlp.down_proj.weight"),
+            "blk.12.ffn_down.weight");
   EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.k_proj.bias"), "blk.0.attn_k.bias");
   EXPECT_EQ(model::gguf_tensor_name("lm_head.weight"), "output.weight");
   EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.q_norm.weight"), "");
@@ -462,8 +467,9 @@ TEST(gguf_model, name_mapping_and_permutation_rows) {
 TEST(gguf_model, llama_permutation_round_trip_gives_the_unpermuted_model) {
   for (const char* preset : {"tiny-llama", "tiny"}) {
     const fs::path dir = tiny_dir(preset);
-    const fs::path path = write_gguf(dir, scratch(std::string(preset) + "_f32.gguf"),
-                                     {npullm::model::ggml_type::f32, npullm::model::ggml_type::f32});
+    const fs::path path =
+        write_gguf(dir, scratch(std::string(preset) + "_f32.gguf"),
+                   {npullm::model::ggml_type::f32, npullm::model::ggml_type::f32});
     const auto g = model_weights<float>::load_gguf(path);
     const auto st = model_weights<float>::load(dir);
     EXPECT_EQ(g->config().family, st->config().family);
@@ -507,8 +513,8 @@ class gguf_formats : public ::testing::TestWithParam<gguf_case> {};
 // match the f32 pipeline over the same (dequantized) weights.
 TEST_P(gguf_formats, loads_and_matches_the_dequantized_reference) {
   const auto& p = GetParam();
-  const fs::path path =
-      write_gguf(tiny_dir(p.preset), scratch(p.preset + "_" + p.label + ".gguf"), {p.type, p.head_type});
+  const fs::path path = write_gguf(tiny_dir(p.preset), scratch(p.preset + "_" + p.label + ".gguf"),
+                                   {p.type, p.head_type});
   const auto w = model_weights<float>::load_gguf(path);
   ASSERT_TRUE(w->layers[0].up.is_quantized());
   EXPECT_EQ(model::ggml_type_of(w->layers[0].up.quantized->format), p.type);
@@ -521,27 +527,27 @@ TEST_P(gguf_formats, loads_and_matches_the_dequantized_reference) {
 }
 
 using gt = npullm::model::ggml_type;
-INSTANTIATE_TEST_SUITE_P(
-    types, gguf_formats,
-    ::testing::Values(gguf_case{"tiny", gt::q8_0, gt::q8_0, "q8_0"},
-                      gguf_case{"tiny-llama", gt::q8_0, gt::q8_0, "q8_0"},
-                      gguf_case{"tiny", gt::q4_0, gt::q8_0, "q4_0"},
-                      gguf_case{"tiny-llama", gt::q4_0, gt::q4_0, "q4_0"},
-                      gguf_case{"tiny-k", gt::q4_k, gt::q6_k, "q4_k_q6_k"}),
-    [](const auto& info) {
-      std::string s = info.param.preset + "_" + info.param.label;
-      for (char& ch : s)
-        if (ch == '-') ch = '_';
-      return s;
-    });
+INSTANTIATE_TEST_SUITE_P(types, gguf_formats,
+                         ::testing::Values(gguf_case{"tiny", gt::q8_0, gt::q8_0, "q8_0"},
+                                           gguf_case{"tiny-llama", gt::q8_0, gt::q8_0, "q8_0"},
+                                           gguf_case{"tiny", gt::q4_0, gt::q8_0, "q4_0"},
+                                           gguf_case{"tiny-llama", gt::q4_0, gt::q4_0, "q4_0"},
+                                           gguf_case{"tiny-k", gt::q4_k, gt::q6_k, "q4_k_q6_k"}),
+                         [](const auto& info) {
+                           std::string s = info.param.preset + "_" + info.param.label;
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
 
 TEST(gguf_model, save_gguf_round_trip_equals_quantize_at_load) {
   for (const char* preset : {"tiny", "tiny-llama"}) {
     for (const auto f : {weight_format::q8_0, weight_format::q4_0}) {
       const auto w = model_weights<float>::load(
-          tiny_dir(preset), {.projections = quantization{f, 0}, .embedding_and_head = quantization{weight_format::q8_0, 0}});
-      const fs::path path =
-          scratch(std::string(preset) + "_save_" + std::string(npullm::ops::to_string(f)) + ".gguf");
+          tiny_dir(preset), {.projections = quantization{f, 0},
+                             .embedding_and_head = quantization{weight_format::q8_0, 0}});
+      const fs::path path = scratch(std::string(preset) + "_save_" +
+                                    std::string(npullm::ops::to_string(f)) + ".gguf");
       model::save_gguf(*w, path);
       const auto back = model_weights<float>::load_gguf(path);
       EXPECT_EQ(back->quantized_matrices(), w->quantized_matrices());

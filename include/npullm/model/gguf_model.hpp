@@ -61,8 +61,7 @@ constexpr std::optional<ggml_type> ggml_type_of(ops::weight_format f) noexcept {
 
 // The row of a llama GGUF Q/K projection (head_dim D) that holds HF row r (see the top).
 constexpr std::size_t llama_permuted_row(std::size_t r, std::size_t head_dim) noexcept {
-  const std::size_t half = head_dim / 2, h = r / head_dim, i = (r % head_dim) / half,
-                    j = r % half;
+  const std::size_t half = head_dim / 2, h = r / head_dim, i = (r % head_dim) / half, j = r % half;
   return h * head_dim + 2 * j + i;
 }
 
@@ -143,14 +142,15 @@ inline model_config gguf_model_config(const gguf_file& f) {
   c.head_dim = c.hidden_size / c.num_attention_heads;
   if (f.find_uint(p + "attention.key_length")) c.head_dim = size("attention.key_length");
   if (f.find_uint(p + "attention.value_length") && size("attention.value_length") != c.head_dim) {
-    refuse(p, "attention.value_length ", size("attention.value_length"), " differs from key_length ",
-           c.head_dim);
+    refuse(p, "attention.value_length ", size("attention.value_length"),
+           " differs from key_length ", c.head_dim);
   }
   if (f.find_uint(p + "rope.dimension_count") && size("rope.dimension_count") != c.head_dim) {
-    refuse(p, "rope.dimension_count ", size("rope.dimension_count"), " (npullm rotates whole heads of ",
-           c.head_dim, ")");
+    refuse(p, "rope.dimension_count ", size("rope.dimension_count"),
+           " (npullm rotates whole heads of ", c.head_dim, ")");
   }
-  if (c.head_dim % 2 != 0) raise(error_code::corrupt_data, "GGUF ", file, ": odd head dim ", c.head_dim);
+  if (c.head_dim % 2 != 0)
+    raise(error_code::corrupt_data, "GGUF ", file, ": odd head dim ", c.head_dim);
   c.max_position_embeddings = f.find_uint(p + "context_length") ? size("context_length") : 2048;
   c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
   if (!(c.rms_norm_eps > 0)) {
@@ -165,8 +165,9 @@ inline model_config gguf_model_config(const gguf_file& f) {
     refuse(p, "rope.scaling.type '", *s, "' (not implemented for GGUF files)");
   }
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
-    refuse("tensor 'rope_freqs.weight' (llama.cpp's Llama 3 RoPE factors: not implemented for "
-           "GGUF files)");
+    refuse(
+        "tensor 'rope_freqs.weight' (llama.cpp's Llama 3 RoPE factors: not implemented for "
+        "GGUF files)");
   }
   if (const auto e = f.find_uint(p + "expert_count"); e && *e > 0) {
     refuse(p, "expert_count ", *e, " (mixture of experts)");

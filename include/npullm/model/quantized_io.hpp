@@ -136,8 +136,11 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
       meta[detail::quantized_metadata_key(t.name)] = m;
     } else if (t.matrix != nullptr) {
       const auto& v = t.matrix->w;
-      entries.push_back({t.name, wname, {v.extent(0), v.extent(1)},
-                         detail::as_bytes_of(v.data_handle(), v.size() * sizeof(W)), worder});
+      entries.push_back({t.name,
+                         wname,
+                         {v.extent(0), v.extent(1)},
+                         detail::as_bytes_of(v.data_handle(), v.size() * sizeof(W)),
+                         worder});
     } else if (!t.bias.empty()) {
       auto& b = converted.emplace_back(t.bias.size() * sizeof(W));
       for (std::size_t i = 0; i < t.bias.size(); ++i) {
@@ -146,7 +149,9 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
       }
       entries.push_back({t.name, wname, {t.bias.size()}, b, worder});
     } else {
-      entries.push_back({t.name, wname, {t.vector.extent(0)},
+      entries.push_back({t.name,
+                         wname,
+                         {t.vector.extent(0)},
                          detail::as_bytes_of(t.vector.data_handle(), t.vector.size() * sizeof(W)),
                          worder});
     }
@@ -157,8 +162,9 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
   header["__metadata__"] = meta;
   std::size_t offset = 0;
   for (const entry& e : entries) {
-    header[e.name] = {
-        {"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
+    header[e.name] = {{"dtype", e.dtype},
+                      {"shape", e.shape},
+                      {"data_offsets", {offset, offset + e.bytes.size()}}};
     offset += e.bytes.size();
   }
   std::string text = header.dump();
@@ -206,7 +212,8 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
           " is not written");
   }
   for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (c.window(l) != 0) raise(error_code::unsupported, "save_gguf: a sliding window on layer ", l);
+    if (c.window(l) != 0)
+      raise(error_code::unsupported, "save_gguf: a sliding window on layer ", l);
   }
   const std::string arch(to_string(c.family));
   const std::string p = arch + ".";

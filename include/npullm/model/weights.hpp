@@ -21,8 +21,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -161,8 +161,8 @@ ops::quantized_view quantize_matrix(dense_view<const W, 2> w, const quantization
     const W* src = w.data_handle() + r0 * k;
     float* dst = f.data();
     for (std::size_t i = 0; i < (r1 - r0) * k; ++i) dst[i] = to_float(src[i]);
-    const auto m = ops::quantize(dense_view<const float, 2>(dst, r1 - r0, k), q.format, group,
-                                 q.scale_type);
+    const auto m =
+        ops::quantize(dense_view<const float, 2>(dst, r1 - r0, k), q.format, group, q.scale_type);
     out.data.insert(out.data.end(), m.data().begin(), m.data().end());
     out.scales.insert(out.scales.end(), m.scales().begin(), m.scales().end());
   }
@@ -215,8 +215,8 @@ class model_weights {
     w->bind(
         [&](const std::string& name, std::size_t n) { return w->template mapped<1>(name, {n}); },
         [&](const std::string& name, std::size_t rows, std::size_t cols, matrix_role role) {
-          const auto& q = role == matrix_role::projection ? options.projections
-                                                          : options.embedding_and_head;
+          const auto& q =
+              role == matrix_role::projection ? options.projections : options.embedding_and_head;
           return w->safetensors_matrix(name, rows, cols, q);
         },
         [&](const std::string& name, std::size_t n) {
@@ -291,8 +291,13 @@ class model_weights {
       layer_weights<W> c;
       c.input_norm = copy(l.input_norm);
       c.post_norm = copy(l.post_norm);
-      for (auto [to, from] : {std::pair{&c.q, &l.q}, {&c.k, &l.k}, {&c.v, &l.v}, {&c.o, &l.o},
-                              {&c.gate, &l.gate}, {&c.up, &l.up}, {&c.down, &l.down}}) {
+      for (auto [to, from] : {std::pair{&c.q, &l.q},
+                              {&c.k, &l.k},
+                              {&c.v, &l.v},
+                              {&c.o, &l.o},
+                              {&c.gate, &l.gate},
+                              {&c.up, &l.up},
+                              {&c.down, &l.down}}) {
         *to = matrix(*from);
       }
       c.q_bias = bias(l.q_bias);
@@ -312,8 +317,8 @@ class model_weights {
 
   // How many matrices (embedding, LM head when untied, every projection) are quantized.
   [[nodiscard]] std::size_t quantized_matrices() const noexcept {
-    std::size_t n = embed.is_quantized() +
-                    (lm_head.identity() != embed.identity() && lm_head.is_quantized());
+    std::size_t n =
+        embed.is_quantized() + (lm_head.identity() != embed.identity() && lm_head.is_quantized());
     for (const layer_weights<W>& l : layers) {
       for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
         n += p->is_quantized();
@@ -339,8 +344,9 @@ class model_weights {
     const auto P = matrix_role::projection;
     embed = mat("model.embed_tokens.weight", c.vocab_size, h, matrix_role::embedding);
     final_norm = vec("model.norm.weight", h);
-    lm_head = c.tie_word_embeddings ? embed
-                                    : mat("lm_head.weight", c.vocab_size, h, matrix_role::embedding);
+    lm_head = c.tie_word_embeddings
+                  ? embed
+                  : mat("lm_head.weight", c.vocab_size, h, matrix_role::embedding);
     const std::size_t inter = c.intermediate_size, hd = c.head_dim;
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -443,9 +449,9 @@ class model_weights {
     std::size_t n = 0, k = 0, group = 0;
     in >> format >> n >> k;
     std::optional<ops::weight_format> fmt;
-    for (auto c : {ops::weight_format::q8_0, ops::weight_format::q4_0, ops::weight_format::q4_k,
-                   ops::weight_format::q6_k, ops::weight_format::int8_sym,
-                   ops::weight_format::int4_sym}) {
+    for (auto c :
+         {ops::weight_format::q8_0, ops::weight_format::q4_0, ops::weight_format::q4_k,
+          ops::weight_format::q6_k, ops::weight_format::int8_sym, ops::weight_format::int4_sym}) {
       if (ops::to_string(c) == format) fmt = c;
     }
     if (!in || !fmt) {
@@ -469,7 +475,8 @@ class model_weights {
   std::span<const std::byte> raw_bytes(const safetensors_file& f, const std::string& name) {
     const tensor_info& t = f.info(name);
     auto it = maps_.find(f.path());
-    if (it == maps_.end()) it = maps_.emplace(f.path(), std::make_shared<mapped_file>(f.path())).first;
+    if (it == maps_.end())
+      it = maps_.emplace(f.path(), std::make_shared<mapped_file>(f.path())).first;
     return it->second->bytes().subspan(f.header().data_offset + t.begin, t.bytes());
   }
 
@@ -596,10 +603,10 @@ class model_weights {
 inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
   const safetensors_model file = safetensors_model::open(dir);
   // A quantized embedding (npullm_quantize): the final norm's type is W.
-  const bool quantized = file.file_of("model.embed_tokens.weight")
-                             .header()
-                             .metadata.contains(detail::quantized_metadata_key(
-                                 "model.embed_tokens.weight"));
+  const bool quantized =
+      file.file_of("model.embed_tokens.weight")
+          .header()
+          .metadata.contains(detail::quantized_metadata_key("model.embed_tokens.weight"));
   const tensor_info& info =
       file.info(quantized ? "model.norm.weight" : "model.embed_tokens.weight");
   const auto d = info.storage();

@@ -10,8 +10,8 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
-#include "npullm/core/tokens.hpp"
 #include "npullm/core/tensor_view.hpp"
+#include "npullm/core/tokens.hpp"
 #include "npullm/ops/quant.hpp"
 
 namespace npullm::ops {
@@ -42,7 +42,8 @@ inline void gather(std::span<const std::int32_t> ids, const quantized_view& tabl
   }
   check_token_ids(ids, table.rows, "gather:");
   for (std::size_t m = 0; m < ids.size(); ++m) {
-    dequantize_row(table, static_cast<std::size_t>(ids[m]), std::span<float>(&out(m, 0), table.cols));
+    dequantize_row(table, static_cast<std::size_t>(ids[m]),
+                   std::span<float>(&out(m, 0), table.cols));
   }
 }
 
