@@ -7,7 +7,10 @@
 //       tokens_per_s; GBps and pct_bw of the bytes a token must read (every weight once + KV)
 //   pipeline_logits/qwen2-0.5b/<w>/p512/threads:n      ratio = all-rows logits / last-row
 //       logits prefill time
-// Weights are bf16 or f32; KV is bf16 in blocks of 16.
+//   pipeline_decode/qwen2-0.5b/{q4_0,int4_g128}/after512/threads:n  the bf16 model quantized at
+//       load (q4_0: Q4_0 layers, Q8_0 embedding / LM head; int4_g128: int4_sym group 128, int8_sym
+//       per channel); GBps and pct_bw on the quantized bytes a token reads
+// Weights are bf16 or f32 (or quantized at load); KV is bf16 in blocks of 16.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -73,9 +76,10 @@ void prefill_benchmark(benchmark::State& state, std::size_t threads) {
   nb::set_flops_counters(state, flops, seconds, threads, std::is_same_v<W, npullm::bfloat16>);
 }
 
-template <class W>
-void decode_benchmark(benchmark::State& state, std::size_t threads) {
-  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+// 128 timed decode steps after a 512-token prefill; weight_bytes: what a token reads of the
+// weights (every matrix once, the LM head too).
+template <class Lm>
+void decode_loop(benchmark::State& state, Lm& lm, double weight_bytes, std::size_t threads) {
   const auto& c = lm.config();
   const auto ids = tokens(512, c.vocab_size);
   constexpr std::size_t steps = 128;
@@ -95,14 +99,57 @@ void decode_benchmark(benchmark::State& state, std::size_t threads) {
     runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   const double seconds = nb::median(runs);
-  // Per token: every weight once (the LM head too), and the KV of ~576 positions (bf16).
-  const double weights =
-      (body_params(c) + static_cast<double>(c.vocab_size * c.hidden_size)) * sizeof(W);
+  // Per token: the weights and the KV of ~576 positions (bf16).
   const double kv =
       2.0 * static_cast<double>(c.num_hidden_layers * c.kv_size()) * 2.0 * (512.0 + steps / 2.0);
   const double per_token = seconds / steps;
   state.counters["tokens_per_s"] = 1.0 / per_token;
-  nb::set_bandwidth_counters(state, weights + kv, per_token, threads);
+  nb::set_bandwidth_counters(state, weight_bytes + kv, per_token, threads);
+}
+
+template <class W>
+void decode_benchmark(benchmark::State& state, std::size_t threads) {
+  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+  const auto& c = lm.config();
+  decode_loop(state, lm,
+              (body_params(c) + static_cast<double>(c.vocab_size * c.hidden_size)) * sizeof(W),
+              threads);
+}
+
+// The bf16 model quantized at load (loaded once per format): q4_0 = Q4_0 layers + Q8_0
+// embedding / LM head (tied), int4_g128 = int4_sym group 128 + int8_sym per channel (the NPU
+// recipe). Norms stay bf16; the pipeline is the bf16 one.
+std::shared_ptr<const npullm::model::model_weights<npullm::bfloat16>> quantized_weights(
+    const std::string& format) {
+  using npullm::model::quantization;
+  using npullm::ops::weight_format;
+  static std::map<std::string,
+                  std::shared_ptr<const npullm::model::model_weights<npullm::bfloat16>>>
+      cache;
+  auto& w = cache[format];
+  if (!w) {
+    npullm::model::load_options o;
+    if (format == "q4_0") {
+      o = {.projections = quantization{weight_format::q4_0, 0},
+           .embedding_and_head = quantization{weight_format::q8_0, 0}};
+    } else {
+      o = {.projections = quantization{weight_format::int4_sym, 128},
+           .embedding_and_head = quantization{weight_format::int8_sym, 0}};
+    }
+    w = npullm::model::model_weights<npullm::bfloat16>::load(model_dir<npullm::bfloat16>(), o);
+  }
+  return w;
+}
+
+void quantized_decode_benchmark(benchmark::State& state, std::size_t threads, std::string format) {
+  const auto w = quantized_weights(format);
+  lm_type<npullm::bfloat16> lm(w, {.max_sequence = 1024, .pool = &pool_for(threads)});
+  double bytes = static_cast<double>(w->lm_head.bytes());
+  for (const auto& l : w->layers) {
+    for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      bytes += static_cast<double>(p->bytes());
+  }
+  decode_loop(state, lm, bytes, threads);
 }
 
 template <class W>
@@ -145,8 +192,22 @@ void register_type(const char* w) {
 
 }  // namespace
 
+void register_quantized() {
+  for (std::size_t threads : nb::thread_counts()) {
+    for (const char* f : {"q4_0", "int4_g128"}) {
+      benchmark::RegisterBenchmark((std::string("pipeline_decode/qwen2-0.5b/") + f +
+                                    "/after512/threads:" + std::to_string(threads))
+                                       .c_str(),
+                                   quantized_decode_benchmark, threads, std::string(f))
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   register_type<npullm::bfloat16>("bf16");
+  register_quantized();
   register_type<float>("f32");
   return npullm::bench::run_benchmarks(argc, argv);
 }

@@ -4,7 +4,8 @@
 // builds a pipeline configured at compile time (bf16 weights, bf16 KV in blocks of 16,
 // dynamic flash attention, host backend, all threads), prefills a prompt, decodes greedily
 // with a progress bar, and prints tokens/s, where the time went (head / body / tail) and the
-// decode's bytes per token against the machine's measured read bandwidth.
+// decode's bytes per token against the machine's measured read bandwidth; then the same model
+// quantized to int4 at load, decoded the same way, its tokens/s beside the bf16 run's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -119,6 +120,41 @@ int main(int argc, char** argv) {
     const double tps = static_cast<double>(new_tokens) / decode_s;
     std::printf("\ndecode   %.1f tokens/s, %.0f MB read per token\n", tps, per_token / 1e6);
 
+    // The same model quantized to int4 at load (the NPU recipe: int4_sym group 128 for the
+    // layers, int8_sym per channel for the tied embedding / LM head), the same prompt and
+    // steps through the same bf16 pipeline type: the quantized kernels read 4-bit blocks.
+    double int4_tps = 0, int4_per_token = 0;
+    {
+      using npullm::model::quantization;
+      using npullm::ops::weight_format;
+      t = clock_type::now();
+      const auto qw = npullm::model::model_weights<npullm::bfloat16>::load(
+          dir, {.projections = quantization{weight_format::int4_sym, 128},
+                .embedding_and_head = quantization{weight_format::int8_sym, 0}});
+      const double quantize_s = since(t);
+      npullm::model::causal_lm<config> q(qw, {.max_sequence = 1024, .pool = &pool});
+      const auto qout = q.prefill(prompt);
+      npullm::ops::argmax(npullm::dense_view<const float, 2>(qout.logits.data(), 1, c.vocab_size),
+                          next);
+      t = clock_type::now();
+      for (std::size_t i = 0; i < new_tokens; ++i) {
+        const auto step = q.decode(next);
+        npullm::ops::argmax(npullm::dense_view<const float, 2>(step.logits.data(), 1, c.vocab_size),
+                            next);
+        progress("int4", i + 1, new_tokens, since(t));
+      }
+      int4_tps = static_cast<double>(new_tokens) / since(t);
+      int4_per_token = static_cast<double>(qw->lm_head.bytes()) + kv_bytes;
+      for (const auto& l : qw->layers) {
+        for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+          int4_per_token += static_cast<double>(m->bytes());
+      }
+      std::printf(
+          "\ndecode   int4 (g128, int8 head) %.1f tokens/s beside bf16 %.1f tokens/s "
+          "(x%.2f), %.0f MB read per token; quantized at load in %.1f s\n",
+          int4_tps, tps, int4_tps / tps, int4_per_token / 1e6, quantize_s);
+    }
+
     // Batched generation: several prompts at once (continuous batching, one packed decode step
     // for all running sequences), tokens/s per batch size.
     lm.reset();
@@ -147,6 +183,9 @@ int main(int argc, char** argv) {
                 threads, lim.read_gbps, lim.fma_gflops, lim.bf16_gflops);
     std::printf("  decode moved %.1f GB/s = %.0f%% of the read bandwidth\n", per_token * tps / 1e9,
                 100.0 * per_token * tps / 1e9 / lim.read_gbps);
+    std::printf("  int4 decode moved %.1f GB/s = %.0f%% of the read bandwidth\n",
+                int4_per_token * int4_tps / 1e9,
+                100.0 * int4_per_token * int4_tps / 1e9 / lim.read_gbps);
   } catch (const npullm::error& e) {
     std::fprintf(stderr, "\ndemo failed: %s\n", e.what());
     return 1;

@@ -509,6 +509,7 @@ class causal_lm {
     packed_.reserve(layers_.size() * 7);
     for (layer_weights<W>& l : layers_) {
       for (projection<W>* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+        if (p->is_quantized()) continue;  // the quantized kernels read the blocks as they are
         p->packed = &packed_.emplace_back(p->w, pool_policy{options_.pool});
       }
     }
@@ -584,12 +585,22 @@ class causal_lm {
   // the LM head; each call adds its rows' stage).
   void bind_arguments() {
     auto warg = [](const auto& v) { return npu::argument{v.data_handle(), v.size() * sizeof(W)}; };
+    // A matrix: its dense values, or a quantized one's blocks (and scales).
+    auto marg = [&](std::vector<npu::argument>& a, const projection<W>& p) {
+      if (!p.quantized) {
+        a.push_back(warg(p.w));
+        return;
+      }
+      a.push_back({p.quantized->data.data(), p.quantized->data.size()});
+      if (!p.quantized->scales.empty())
+        a.push_back({p.quantized->scales.data(), p.quantized->scales.size()});
+    };
     const std::vector<npu::argument> activations = act_.arguments();
     head_args_ = activations;
-    head_args_.push_back(warg(weights_->embed));
+    marg(head_args_, weights_->embed);
     tail_args_ = head_args_;
     tail_args_.push_back(warg(weights_->final_norm));
-    if (weights_->lm_head.data_handle() != weights_->embed.data_handle()) tail_args_.push_back(warg(weights_->lm_head));
+    if (weights_->lm_head.identity() != weights_->embed.identity()) marg(tail_args_, weights_->lm_head);
     npu::argument kv_storage{};
     if constexpr (blocks) {
       kv_storage = {pool_->data(), pool_->storage_bytes()};
@@ -602,7 +613,7 @@ class causal_lm {
     for (const auto& w : layers_) {
       std::vector<npu::argument> a = activations;
       a.push_back(kv_storage);
-      for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) a.push_back(warg(m->w));
+      for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) marg(a, *m);
       a.push_back(warg(w.input_norm));
       a.push_back(warg(w.post_norm));
       for (const auto* b : {&w.q_bias, &w.k_bias, &w.v_bias}) {
@@ -743,7 +754,7 @@ class causal_lm {
     auto x = rows(act_.x.view(), 0, st.s.rows);
     std::fill_n(x.data_handle(), x.size(), 0.0f);
     const auto real = rows(act_.x.view(), st.s.first, st.s.first + st.ids.size());
-    ops::gather<W>(st.ids, weights_->embed, real);
+    gather_rows(st.ids, weights_->embed, real);  // a quantized embedding: rows dequantized
     if (config_.embedding_scale != 1.0) {  // Gemma 2: embeddings times sqrt(hidden)
       const float scale = static_cast<float>(config_.embedding_scale);
       for (std::size_t i = 0; i < real.size(); ++i) real.data_handle()[i] *= scale;
@@ -888,7 +899,7 @@ class causal_lm {
       std::copy_n(&act_.x.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
     ops::rms_norm<W>(sel, weights_->final_norm, static_cast<float>(cfg.rms_norm_eps), sel,
                      cfg.norm_unit_offset ? 1.0f : 0.0f);
-    ops::linear<W>(sel, weights_->lm_head, out, {}, pool_policy{options_.pool});
+    project(sel, weights_->lm_head, out, {}, pool_policy{options_.pool});  // W's or quantized
     if (cfg.final_logit_softcapping > 0) {  // Gemma 2: logits = c tanh(logits / c)
       ops::softcap(std::span<float>(out.data_handle(), out.size()),
                    static_cast<float>(cfg.final_logit_softcapping));

@@ -18,8 +18,11 @@
 #include <array>
 #include <cstddef>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,30 +34,148 @@
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/model/gguf.hpp"
+#include "npullm/model/gguf_model.hpp"
 #include "npullm/model/safetensors.hpp"
+#include "npullm/ops/gather.hpp"
 #include "npullm/ops/linear.hpp"
+#include "npullm/ops/quant.hpp"
+#include "npullm/ops/quant_linear.hpp"
 
 namespace npullm::model {
 
-// A projection's weight (N, K) as stored, and the packed copy (ops::packed_weights, owned by
-// the pipeline that packs) that linear reads instead when there is one. The per-tensor unit:
-// a quantized weight type changes this and project() only.
-template <storage_type W>
-struct projection {
-  dense_view<const W, 2> w;
-  const ops::packed_weights<W>* packed = nullptr;
+// How a matrix is quantized at load (ops::quantize, round to nearest).
+struct quantization {
+  ops::weight_format format = ops::weight_format::int4_sym;  // q8_0, q4_0, int8_sym, int4_sym
+  std::size_t group = 128;  // *_sym: 32, 64, 128, or 0 = one group per output channel (K)
+  npullm::dtype scale_type = npullm::dtype::f16;  // *_sym: f16 or f32
 };
 
-// y = x W^T (+ bias), through the packed copy when there is one.
+// Options of model_weights::load. Quantization belongs to the weights (every pipeline over
+// them runs the same quantized matrices), so it is chosen here, not per pipeline. A matrix the
+// files already store quantized (npullm_quantize's safetensors) is used as stored.
+struct load_options {
+  // Every layer's q/k/v/o/gate/up/down (the Intel NPU recipe: int4_sym, group 128).
+  std::optional<quantization> projections = std::nullopt;
+  // The token embedding and the LM head (once when tied): the NPU recipe keeps them int8
+  // (int8_sym, per channel). The gather dequantizes the rows it reads.
+  std::optional<quantization> embedding_and_head = std::nullopt;
+};
+
+// A weight matrix (N, K): dense in W as stored, or quantized (a checked view of its blocks,
+// zero-copy into a GGUF / quantized safetensors mapping, or owned by the weights when quantized
+// or row-permuted at load), plus the packed copy (ops::packed_weights, owned by the pipeline
+// that packs; dense only) that linear reads instead when there is one. The per-tensor unit:
+// project() dispatches on it at run time to W's dense linear or one of the quantized kernels.
+template <storage_type W>
+struct projection {
+  dense_view<const W, 2> w;  // (N, K); empty when quantized
+  const ops::packed_weights<W>* packed = nullptr;
+  std::optional<ops::quantized_view> quantized;
+
+  [[nodiscard]] bool is_quantized() const noexcept { return quantized.has_value(); }
+  [[nodiscard]] std::size_t rows() const noexcept {
+    return quantized ? quantized->rows : w.extent(0);
+  }
+  [[nodiscard]] std::size_t cols() const noexcept {
+    return quantized ? quantized->cols : w.extent(1);
+  }
+  // The first stored byte: identifies the tensor (a tied LM head has its embedding's).
+  [[nodiscard]] const void* identity() const noexcept {
+    return quantized ? static_cast<const void*>(quantized->data.data())
+                     : static_cast<const void*>(w.data_handle());
+  }
+  // Bytes a product with it reads (data and scales).
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return quantized ? quantized->data.size() + quantized->scales.size() : w.size() * sizeof(W);
+  }
+};
+
+// Rows [r0, r1) of a matrix, zero-copy (Phi-3's fused projections).
+template <storage_type W>
+projection<W> row_range(const projection<W>& p, std::size_t r0, std::size_t r1) {
+  projection<W> out;
+  if (!p.quantized) {
+    out.w = rows(p.w, r0, r1);
+    return out;
+  }
+  const ops::quantized_view& q = *p.quantized;
+  const std::size_t rb = q.row_bytes();
+  const auto data = q.data.subspan(r0 * rb, (r1 - r0) * rb);
+  if (ops::is_block_format(q.format)) {
+    out.quantized.emplace(q.format, r1 - r0, q.cols, data);
+  } else {
+    const std::size_t sb = q.groups() * size_of(q.scale_type);
+    out.quantized.emplace(q.format, r1 - r0, q.cols, data,
+                          q.scales.subspan(r0 * sb, (r1 - r0) * sb), q.group, q.scale_type);
+  }
+  return out;
+}
+
+// y = x W^T (+ bias): the quantized kernel of the matrix's format, else W's linear through
+// the packed copy when there is one.
 template <storage_type W, threading_policy Policy>
 void project(dense_view<const float, 2> x, const projection<W>& p, dense_view<float, 2> y,
              std::span<const float> bias, const Policy& policy) {
-  if (p.packed != nullptr) {
+  if (p.quantized) {
+    ops::linear(x, *p.quantized, y, bias, policy);
+  } else if (p.packed != nullptr) {
     ops::linear<W>(x, *p.packed, y, bias, policy);
   } else {
     ops::linear<W>(x, p.w, y, bias, policy);
   }
 }
+
+// Rows ids of a (vocab, hidden) matrix as f32 (the embedding gather): quantized rows are
+// dequantized as their format defines them.
+template <storage_type W>
+void gather_rows(std::span<const std::int32_t> ids, const projection<W>& table,
+                 dense_view<float, 2> out) {
+  if (table.quantized) {
+    ops::gather(ids, *table.quantized, out);
+  } else {
+    ops::gather<W>(ids, table.w, out);
+  }
+}
+
+namespace detail {
+
+// Bytes owned by the weights: a matrix quantized or row-permuted at load, or a converted vector.
+struct owned_bytes {
+  std::vector<std::byte> data, scales;
+};
+
+// w (N, K) quantized as q asks, in chunks of rows (a bf16 embedding is not converted to f32
+// whole). The view points into *out.
+template <storage_type W>
+ops::quantized_view quantize_matrix(dense_view<const W, 2> w, const quantization& q,
+                                    owned_bytes& out) {
+  const std::size_t n = w.extent(0), k = w.extent(1);
+  const std::size_t group = q.group == 0 ? k : q.group;
+  constexpr std::size_t chunk = 256;
+  tensor<float, 2> f(std::min(chunk, std::max<std::size_t>(n, 1)), k);
+  out.data.clear();
+  out.scales.clear();
+  for (std::size_t r0 = 0; r0 < n; r0 += chunk) {
+    const std::size_t r1 = std::min(n, r0 + chunk);
+    const W* src = w.data_handle() + r0 * k;
+    float* dst = f.data();
+    for (std::size_t i = 0; i < (r1 - r0) * k; ++i) dst[i] = to_float(src[i]);
+    const auto m =
+        ops::quantize(dense_view<const float, 2>(dst, r1 - r0, k), q.format, group, q.scale_type);
+    out.data.insert(out.data.end(), m.data().begin(), m.data().end());
+    out.scales.insert(out.scales.end(), m.scales().begin(), m.scales().end());
+  }
+  if (ops::is_block_format(q.format)) return ops::quantized_view(q.format, n, k, out.data);
+  return ops::quantized_view(q.format, n, k, out.data, out.scales, group, q.scale_type);
+}
+
+// The safetensors __metadata__ key that marks tensor `name` as quantized (npullm_quantize).
+inline std::string quantized_metadata_key(std::string_view name) {
+  return "npullm.quantized." + std::string(name);
+}
+
+}  // namespace detail
 
 // One decoder layer's weights (views). Which are present depends on the family (config.hpp):
 // every family has input_norm, q/k/v/o and gate/up/down; Phi-3's fused qkv_proj and
@@ -82,19 +203,64 @@ class model_weights {
  public:
   using weight_type = W;
 
-  // Reads config.json and the safetensors of `dir`; unsupported when a tensor is stored in
-  // another dtype than W, corrupt_data when its shape is not what config.json implies.
-  static std::shared_ptr<const model_weights> load(const std::filesystem::path& dir) {
+  // Reads config.json and the safetensors of `dir`; unsupported when a dense tensor is stored
+  // in another dtype than W, corrupt_data when a shape is not what config.json implies.
+  // options.projections / embedding_and_head quantize those matrices at load (owned here; the
+  // mapping of the dense ones is dropped). Matrices stored quantized by npullm_quantize (see
+  // model/quantized_io.hpp) are read zero-copy as they are.
+  static std::shared_ptr<const model_weights> load(const std::filesystem::path& dir,
+                                                   const load_options& options = {}) {
     std::shared_ptr<model_weights> w(new model_weights(load_config(dir)));
     w->file_ = std::make_shared<const safetensors_model>(safetensors_model::open(dir));
-    w->bind([&](const std::string& name, auto shape) { return w->mapped(name, shape); });
+    w->bind(
+        [&](const std::string& name, std::size_t n) { return w->template mapped<1>(name, {n}); },
+        [&](const std::string& name, std::size_t rows, std::size_t cols, matrix_role role) {
+          const auto& q =
+              role == matrix_role::projection ? options.projections : options.embedding_and_head;
+          return w->safetensors_matrix(name, rows, cols, q);
+        },
+        [&](const std::string& name, std::size_t n) {
+          return w->bias(w->template mapped<1>(name, {n}));
+        });
+    return w;
+  }
+
+  // Reads a llama.cpp GGUF file of a qwen2 or llama model (model/gguf_model.hpp): its
+  // hyperparameters, F32 / F16 / BF16 tensors as dense (a 2-D one must be stored as W; 1-D
+  // norms of another float type are converted to W, biases to f32), and Q8_0 / Q4_0 / Q4_K /
+  // Q6_K tensors as quantized views into the mapping (zero-copy; Llama's Q and K, stored
+  // row-permuted, are copied once into HF order). Every tensor of another type is refused up
+  // front, naming it and its type (unsupported); a missing tensor or a shape other than the
+  // hyperparameters imply is corrupt_data.
+  static std::shared_ptr<const model_weights> load_gguf(const std::filesystem::path& path) {
+    std::shared_ptr<const gguf_file> file = gguf_file::open(path);
+    const model_config config = gguf_model_config(*file);
+    for (const gguf_tensor_info& t : file->tensors()) {
+      if (!ggml_storage(t.type) && !gguf_weight_format(t.type)) {
+        raise(error_code::unsupported, "GGUF ", file->path(), ": tensor '",
+              detail::gguf_printable(t.name), "' is ", ggml_type_name(t.type),
+              " (npullm runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
+      }
+    }
+    std::shared_ptr<model_weights> w(new model_weights(config));
+    w->gguf_ = file;
+    w->bind([&](const std::string& name, std::size_t n) { return w->gguf_vector(name, n); },
+            [&](const std::string& name, std::size_t rows, std::size_t cols, matrix_role) {
+              return w->gguf_matrix(name, rows, cols);
+            },
+            [&](const std::string& name, std::size_t n) { return w->gguf_bias(name, n); });
     return w;
   }
 
   // The same weights in memory `backend` allocates (for a backend whose device reads only its
-  // own memory); the copy owns those buffers and keeps nothing of this one.
+  // own memory); the copy owns those buffers and keeps nothing of this one. Quantized weights
+  // are refused (unsupported) for now: the device kernels read dense W.
   template <class Backend>
   std::shared_ptr<const model_weights> copied_into(Backend& backend) const {
+    if (quantized_matrices() != 0) {
+      raise(error_code::unsupported, "model_weights: ", quantized_matrices(),
+            " quantized matrices; a device-memory backend runs dense weights only");
+    }
     std::shared_ptr<model_weights> w(new model_weights(config_));
     auto copy = [&](const auto& v) {
       using T = std::remove_const_t<typename std::remove_cvref_t<decltype(v)>::element_type>;
@@ -105,9 +271,14 @@ class model_weights {
       w->owned_.push_back(std::move(buf));
       return std::remove_cvref_t<decltype(v)>(p, v.extents());
     };
-    w->embed = copy(embed);
+    auto matrix = [&](const projection<W>& p) {
+      projection<W> c;
+      c.w = copy(p.w);
+      return c;
+    };
+    w->embed = matrix(embed);
     w->final_norm = copy(final_norm);
-    w->lm_head = lm_head.data_handle() == embed.data_handle() ? w->embed : copy(lm_head);
+    w->lm_head = lm_head.identity() == embed.identity() ? w->embed : matrix(lm_head);
     auto bias = [&](std::span<const float> b) -> std::span<const float> {
       if (b.empty()) return {};
       const auto v = copy(dense_view<const float, 1>(b.data(), b.size()));
@@ -120,9 +291,14 @@ class model_weights {
       layer_weights<W> c;
       c.input_norm = copy(l.input_norm);
       c.post_norm = copy(l.post_norm);
-      for (auto [to, from] : {std::pair{&c.q, &l.q}, {&c.k, &l.k}, {&c.v, &l.v}, {&c.o, &l.o},
-                              {&c.gate, &l.gate}, {&c.up, &l.up}, {&c.down, &l.down}}) {
-        to->w = copy(from->w);
+      for (auto [to, from] : {std::pair{&c.q, &l.q},
+                              {&c.k, &l.k},
+                              {&c.v, &l.v},
+                              {&c.o, &l.o},
+                              {&c.gate, &l.gate},
+                              {&c.up, &l.up},
+                              {&c.down, &l.down}}) {
+        *to = matrix(*from);
       }
       c.q_bias = bias(l.q_bias);
       c.k_bias = bias(l.k_bias);
@@ -139,68 +315,79 @@ class model_weights {
 
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
 
-  dense_view<const W, 2> embed, lm_head;  // (vocab, hidden); lm_head may be embed (tied)
-  dense_view<const W, 1> final_norm;      // (hidden)
+  // How many matrices (embedding, LM head when untied, every projection) are quantized.
+  [[nodiscard]] std::size_t quantized_matrices() const noexcept {
+    std::size_t n =
+        embed.is_quantized() + (lm_head.identity() != embed.identity() && lm_head.is_quantized());
+    for (const layer_weights<W>& l : layers) {
+      for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+        n += p->is_quantized();
+    }
+    return n;
+  }
+
+  projection<W> embed, lm_head;       // (vocab, hidden); lm_head may be embed (tied)
+  dense_view<const W, 1> final_norm;  // (hidden)
   std::vector<layer_weights<W>> layers;
 
  private:
+  enum class matrix_role { projection, embedding };
+
   explicit model_weights(model_config config) : config_(std::move(config)) {}
 
-  // Every tensor through get(name, shape).
-  template <class Get>
-  void bind(Get&& get) {
+  // Every tensor through vec(name, n), mat(name, rows, cols, role) and bias(name, n), by its
+  // Hugging Face name.
+  template <class Vec, class Mat, class Bias>
+  void bind(Vec&& vec, Mat&& mat, Bias&& bias) {
     const auto& c = config_;
     const std::size_t h = c.hidden_size;
-    auto v1 = [&](const std::string& name, std::size_t n) {
-      return get(name, std::array<std::size_t, 1>{n});
-    };
-    auto v2 = [&](const std::string& name, std::size_t rows, std::size_t cols) {
-      return get(name, std::array<std::size_t, 2>{rows, cols});
-    };
-    embed = v2("model.embed_tokens.weight", c.vocab_size, h);
-    final_norm = v1("model.norm.weight", h);
-    lm_head = c.tie_word_embeddings ? embed : v2("lm_head.weight", c.vocab_size, h);
+    const auto P = matrix_role::projection;
+    embed = mat("model.embed_tokens.weight", c.vocab_size, h, matrix_role::embedding);
+    final_norm = vec("model.norm.weight", h);
+    lm_head = c.tie_word_embeddings
+                  ? embed
+                  : mat("lm_head.weight", c.vocab_size, h, matrix_role::embedding);
     const std::size_t inter = c.intermediate_size, hd = c.head_dim;
     for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       layer_weights<W> lw;
-      lw.input_norm = v1(p + "input_layernorm.weight", h);
+      lw.input_norm = vec(p + "input_layernorm.weight", h);
       if (c.family == model_family::phi3) {
         // Fused: qkv_proj (q_size + 2 kv_size, hidden) rows q | k | v; gate_up_proj
         // (2 intermediate, hidden) rows gate | up.
-        const auto qkv = v2(p + "self_attn.qkv_proj.weight", c.q_size() + 2 * c.kv_size(), h);
-        lw.q.w = rows(qkv, 0, c.q_size());
-        lw.k.w = rows(qkv, c.q_size(), c.q_size() + c.kv_size());
-        lw.v.w = rows(qkv, c.q_size() + c.kv_size(), c.q_size() + 2 * c.kv_size());
-        const auto gate_up = v2(p + "mlp.gate_up_proj.weight", 2 * inter, h);
-        lw.gate.w = rows(gate_up, 0, inter);
-        lw.up.w = rows(gate_up, inter, 2 * inter);
+        const auto qkv = mat(p + "self_attn.qkv_proj.weight", c.q_size() + 2 * c.kv_size(), h, P);
+        lw.q = row_range(qkv, 0, c.q_size());
+        lw.k = row_range(qkv, c.q_size(), c.q_size() + c.kv_size());
+        lw.v = row_range(qkv, c.q_size() + c.kv_size(), c.q_size() + 2 * c.kv_size());
+        const auto gate_up = mat(p + "mlp.gate_up_proj.weight", 2 * inter, h, P);
+        lw.gate = row_range(gate_up, 0, inter);
+        lw.up = row_range(gate_up, inter, 2 * inter);
       } else {
-        lw.q.w = v2(p + "self_attn.q_proj.weight", c.q_size(), h);
-        lw.k.w = v2(p + "self_attn.k_proj.weight", c.kv_size(), h);
-        lw.v.w = v2(p + "self_attn.v_proj.weight", c.kv_size(), h);
-        lw.gate.w = v2(p + "mlp.gate_proj.weight", inter, h);
-        lw.up.w = v2(p + "mlp.up_proj.weight", inter, h);
+        lw.q = mat(p + "self_attn.q_proj.weight", c.q_size(), h, P);
+        lw.k = mat(p + "self_attn.k_proj.weight", c.kv_size(), h, P);
+        lw.v = mat(p + "self_attn.v_proj.weight", c.kv_size(), h, P);
+        lw.gate = mat(p + "mlp.gate_proj.weight", inter, h, P);
+        lw.up = mat(p + "mlp.up_proj.weight", inter, h, P);
       }
-      lw.o.w = v2(p + "self_attn.o_proj.weight", h, c.q_size());
-      lw.down.w = v2(p + "mlp.down_proj.weight", h, inter);
+      lw.o = mat(p + "self_attn.o_proj.weight", h, c.q_size(), P);
+      lw.down = mat(p + "mlp.down_proj.weight", h, inter, P);
       if (c.sandwich_norms) {
-        lw.attn_out_norm = v1(p + "post_attention_layernorm.weight", h);
-        lw.post_norm = v1(p + "pre_feedforward_layernorm.weight", h);
-        lw.mlp_out_norm = v1(p + "post_feedforward_layernorm.weight", h);
+        lw.attn_out_norm = vec(p + "post_attention_layernorm.weight", h);
+        lw.post_norm = vec(p + "pre_feedforward_layernorm.weight", h);
+        lw.mlp_out_norm = vec(p + "post_feedforward_layernorm.weight", h);
       } else {
-        lw.post_norm = v1(p + "post_attention_layernorm.weight", h);
+        lw.post_norm = vec(p + "post_attention_layernorm.weight", h);
       }
       if (c.qk_norm) {
-        lw.q_norm = v1(p + "self_attn.q_norm.weight", hd);
-        lw.k_norm = v1(p + "self_attn.k_norm.weight", hd);
+        lw.q_norm = vec(p + "self_attn.q_norm.weight", hd);
+        lw.k_norm = vec(p + "self_attn.k_norm.weight", hd);
       }
       if (c.attention_bias) {
-        lw.q_bias = bias(v1(p + "self_attn.q_proj.bias", c.q_size()));
-        lw.k_bias = bias(v1(p + "self_attn.k_proj.bias", c.kv_size()));
-        lw.v_bias = bias(v1(p + "self_attn.v_proj.bias", c.kv_size()));
+        lw.q_bias = bias(p + "self_attn.q_proj.bias", c.q_size());
+        lw.k_bias = bias(p + "self_attn.k_proj.bias", c.kv_size());
+        lw.v_bias = bias(p + "self_attn.v_proj.bias", c.kv_size());
       }
-      if (c.attention_output_bias) lw.o_bias = bias(v1(p + "self_attn.o_proj.bias", h));
+      if (c.attention_output_bias) lw.o_bias = bias(p + "self_attn.o_proj.bias", h);
       layers.push_back(lw);
     }
   }
@@ -213,14 +400,184 @@ class model_weights {
             "; this pipeline is configured for ", to_string(dtype_of<W>), " weights");
     }
     auto v = file_->template view<W, Rank>(name);
+    check_shape(name, v.extents(), shape);
+    return v;
+  }
+
+  template <class Extents, std::size_t Rank>
+  static void check_shape(const std::string& name, const Extents& e,
+                          const std::array<std::size_t, Rank>& shape) {
     for (std::size_t r = 0; r < Rank; ++r) {
-      if (v.extent(r) != shape[r]) {
+      if (e.extent(r) != shape[r]) {
         raise(error_code::corrupt_data, "causal_lm: ", name, " has shape ",
-              npullm::detail::format_extents(v.extents()), ", config.json implies ",
+              npullm::detail::format_extents(e), ", the config implies ",
               npullm::detail::format_list(shape));
       }
     }
+  }
+
+  // A safetensors matrix: stored quantized (metadata entry, see quantized_io.hpp), or dense W,
+  // quantized here when q asks.
+  projection<W> safetensors_matrix(const std::string& name, std::size_t rows, std::size_t cols,
+                                   const std::optional<quantization>& q) {
+    projection<W> p;
+    const safetensors_file& f = file_->file_of(name);
+    const auto meta = f.header().metadata.find(detail::quantized_metadata_key(name));
+    if (meta != f.header().metadata.end()) {
+      p.quantized = stored_quantized(f, name, meta->second, rows, cols);
+      return p;
+    }
+    const auto dense = mapped<2>(name, {rows, cols});
+    if (!q) {
+      p.w = dense;
+      return p;
+    }
+    auto owned = std::make_shared<detail::owned_bytes>();
+    p.quantized = detail::quantize_matrix<W>(dense, *q, *owned);
+    owned_.push_back(std::move(owned));
+    return p;
+  }
+
+  // A matrix npullm_quantize stored: `name` holds the codes (bytes, any integer dtype),
+  // `name.scales` the symmetric formats' scales, the metadata value says
+  // "<format> <rows> <cols> [<group> <f16|f32>]".
+  ops::quantized_view stored_quantized(const safetensors_file& f, const std::string& name,
+                                       const std::string& meta, std::size_t rows,
+                                       std::size_t cols) {
+    std::istringstream in(meta);
+    std::string format, scale;
+    std::size_t n = 0, k = 0, group = 0;
+    in >> format >> n >> k;
+    std::optional<ops::weight_format> fmt;
+    for (auto c :
+         {ops::weight_format::q8_0, ops::weight_format::q4_0, ops::weight_format::q4_k,
+          ops::weight_format::q6_k, ops::weight_format::int8_sym, ops::weight_format::int4_sym}) {
+      if (ops::to_string(c) == format) fmt = c;
+    }
+    if (!in || !fmt) {
+      raise(error_code::corrupt_data, "safetensors ", f.path(), ": quantization of '", name,
+            "' is '", meta, "'");
+    }
+    check_shape(name, dextents<2>(n, k), std::array<std::size_t, 2>{rows, cols});
+    const auto data = raw_bytes(f, name);
+    if (ops::is_block_format(*fmt)) return ops::quantized_view(*fmt, n, k, data);
+    in >> group >> scale;
+    if (!in || (scale != "f16" && scale != "f32")) {
+      raise(error_code::corrupt_data, "safetensors ", f.path(), ": quantization of '", name,
+            "' is '", meta, "' (want a group and f16 or f32)");
+    }
+    return ops::quantized_view(*fmt, n, k, data, raw_bytes(f, name + ".scales"), group,
+                               scale == "f16" ? npullm::dtype::f16 : npullm::dtype::f32);
+  }
+
+  // A tensor's bytes in its file, through a second mapping of that file (safetensors_file
+  // hands out views of float types only).
+  std::span<const std::byte> raw_bytes(const safetensors_file& f, const std::string& name) {
+    const tensor_info& t = f.info(name);
+    auto it = maps_.find(f.path());
+    if (it == maps_.end())
+      it = maps_.emplace(f.path(), std::make_shared<mapped_file>(f.path())).first;
+    return it->second->bytes().subspan(f.header().data_offset + t.begin, t.bytes());
+  }
+
+  // ---- GGUF ----
+
+  const gguf_tensor_info& gguf_info(const std::string& hf_name) const {
+    const std::string name = gguf_tensor_name(hf_name);
+    return gguf_->info(name);
+  }
+  void gguf_check_shape(const gguf_tensor_info& t, std::vector<std::size_t> want) const {
+    if (t.shape() != want) {
+      raise(error_code::corrupt_data, "GGUF ", gguf_->path(), ": tensor '", t.name, "' has shape ",
+            npullm::detail::format_list(t.shape()), ", the hyperparameters imply ",
+            npullm::detail::format_list(want));
+    }
+  }
+
+  // The row HF row r lies in (Llama's Q and K are stored permuted; see gguf_model.hpp).
+  std::size_t gguf_row(const std::string& hf_name, std::size_t r) const {
+    return gguf_rows_permuted(config_.family, hf_name) ? llama_permuted_row(r, config_.head_dim)
+                                                       : r;
+  }
+
+  projection<W> gguf_matrix(const std::string& hf_name, std::size_t rows, std::size_t cols) {
+    const gguf_tensor_info& t = gguf_info(hf_name);
+    gguf_check_shape(t, {rows, cols});
+    const bool permuted = gguf_rows_permuted(config_.family, hf_name);
+    projection<W> p;
+    if (const auto fmt = gguf_weight_format(t.type)) {
+      auto data = gguf_->bytes(t);
+      if (permuted) {  // whole rows of blocks into HF order
+        auto owned = std::make_shared<detail::owned_bytes>();
+        const std::size_t rb = t.row_bytes();
+        owned->data.resize(data.size());
+        for (std::size_t r = 0; r < rows; ++r)
+          std::copy_n(data.data() + gguf_row(hf_name, r) * rb, rb, owned->data.data() + r * rb);
+        data = owned->data;
+        owned_.push_back(std::move(owned));
+      }
+      p.quantized.emplace(*fmt, rows, cols, data);
+      return p;
+    }
+    if (ggml_storage(t.type) != dtype_of<W>) {
+      raise(error_code::unsupported, "GGUF ", gguf_->path(), ": tensor '", t.name, "' is ",
+            ggml_type_name(t.type), "; model_weights<", to_string(dtype_of<W>),
+            "> reads dense matrices stored as ", to_string(dtype_of<W>));
+    }
+    p.w = gguf_->template view<W, 2>(t.name);
+    if (permuted) {
+      auto owned = std::make_shared<tensor<W, 2>>(rows, cols);
+      for (std::size_t r = 0; r < rows; ++r)
+        std::copy_n(&p.w(gguf_row(hf_name, r), 0), cols, owned->data() + r * cols);
+      p.w = dense_view<const W, 2>(owned->data(), rows, cols);
+      owned_.push_back(std::move(owned));
+    }
+    return p;
+  }
+
+  // A 1-D float tensor's values as f32 (in HF row order).
+  std::vector<float> gguf_floats(const std::string& hf_name, std::size_t n) const {
+    const gguf_tensor_info& t = gguf_info(hf_name);
+    gguf_check_shape(t, {n});
+    if (!ggml_storage(t.type)) {
+      raise(error_code::unsupported, "GGUF ", gguf_->path(), ": tensor '", t.name, "' is ",
+            ggml_type_name(t.type), " (a vector must be F32, F16 or BF16)");
+    }
+    std::vector<float> out(n);
+    auto read = [&](auto tag) {
+      using T = decltype(tag);
+      const auto v = gguf_->template view<T, 1>(t.name);
+      for (std::size_t i = 0; i < n; ++i) out[i] = to_float(v(gguf_row(hf_name, i)));
+    };
+    switch (*ggml_storage(t.type)) {
+      case npullm::dtype::f32: read(float{}); break;
+      case npullm::dtype::f16: read(float16{}); break;
+      case npullm::dtype::bf16: read(bfloat16{}); break;
+    }
+    return out;
+  }
+
+  dense_view<const W, 1> gguf_vector(const std::string& hf_name, std::size_t n) {
+    const gguf_tensor_info& t = gguf_info(hf_name);
+    if (ggml_storage(t.type) == dtype_of<W> && !gguf_rows_permuted(config_.family, hf_name)) {
+      gguf_check_shape(t, {n});
+      return gguf_->template view<W, 1>(t.name);
+    }
+    const auto f = gguf_floats(hf_name, n);  // converted to W once (norms: small)
+    auto owned = std::make_shared<tensor<W, 1>>(n);
+    for (std::size_t i = 0; i < n; ++i) owned->data()[i] = from_float<W>(f[i]);
+    const dense_view<const W, 1> v(owned->data(), n);
+    owned_.push_back(std::move(owned));
     return v;
+  }
+
+  std::span<const float> gguf_bias(const std::string& hf_name, std::size_t n) {
+    const auto f = gguf_floats(hf_name, n);
+    auto owned = std::make_shared<tensor<float, 1>>(n);
+    std::copy(f.begin(), f.end(), owned->data());
+    const std::span<const float> out(owned->data(), n);
+    owned_.push_back(std::move(owned));
+    return out;
   }
 
   // A bias as f32, owned here.
@@ -234,17 +591,27 @@ class model_weights {
 
   model_config config_;
   std::shared_ptr<const safetensors_model> file_;  // the mapping the views point into
-  std::vector<std::shared_ptr<const void>> owned_;  // biases; device copies' buffers
+  std::shared_ptr<const gguf_file> gguf_;          // or the GGUF file's
+  std::map<std::string, std::shared_ptr<const mapped_file>> maps_;  // quantized safetensors
+  // Biases; matrices quantized or permuted at load; converted norms; device copies' buffers.
+  std::vector<std::shared_ptr<const void>> owned_;
 };
 
 // The element type the model directory stores its weights in (that of its embedding matrix;
 // load() checks every other matrix against it): what to instantiate a pipeline for.
+// A quantized model's W is that of its norms.
 inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
   const safetensors_model file = safetensors_model::open(dir);
-  const tensor_info& info = file.info("model.embed_tokens.weight");
+  // A quantized embedding (npullm_quantize): the final norm's type is W.
+  const bool quantized =
+      file.file_of("model.embed_tokens.weight")
+          .header()
+          .metadata.contains(detail::quantized_metadata_key("model.embed_tokens.weight"));
+  const tensor_info& info =
+      file.info(quantized ? "model.norm.weight" : "model.embed_tokens.weight");
   const auto d = info.storage();
   if (!d) {
-    raise(error_code::unsupported, "model ", dir.string(), ": model.embed_tokens.weight is stored as ",
+    raise(error_code::unsupported, "model ", dir.string(), ": ", info.name, " is stored as ",
           info.dtype, " (npullm reads F32, F16 and BF16)");
   }
   return *d;

@@ -1,0 +1,665 @@
+// Quantized weights in the pipeline: quantize at load, quantized safetensors and GGUF files
+// (Q8_0, Q4_0, Q4_K, Q6_K; Llama's Q/K permutation), refusals.
+//
+// Reference: the same pipeline in f32 over the *dequantized* weights (written as an f32
+// safetensors model and loaded). The only difference left is the quantized kernels' rounding of
+// the activations to int8 per block of 32 (ops/quant_linear.hpp): each product's error is at
+// most Σ|w| · dx / 2 with dx = absmax(x block) / 127, i.e. ~0.4 % of a typical term, and it
+// compounds through the layers. Tolerance: max |diff| <= 3 % of the reference logits' range
+// (max - min), and the mean |diff| <= 0.5 % of it (measured on the tiny models, AVX-512 VNNI:
+// max 0.9-1.4 %, mean 0.16-0.20 % of a range of ~29); measured values are printed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "npullm/model/causal_lm.hpp"
+#include "npullm/model/gguf_model.hpp"
+#include "npullm/model/gguf_writer.hpp"
+#include "npullm/model/quantized_io.hpp"
+#include "npullm/model/synthetic.hpp"
+#include "npullm/ops/quant.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace model = npullm::model;
+using model::load_options;
+using model::model_weights;
+using model::quantization;
+using npullm::error_code;
+using npullm::ops::weight_format;
+
+using lm_type = model::causal_lm<
+    model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("npullm_q_" + std::to_string(::getpid())) / name;
+  fs::create_directories(d.parent_path());
+  return d;
+}
+
+// A tiny model written once per preset; "tiny-k" is tiny with hidden 256 (K-quants need
+// K % 256 == 0).
+const fs::path& tiny_dir(const std::string& name) {
+  static std::map<std::string, fs::path> dirs;
+  auto& d = dirs[name];
+  if (d.empty()) {
+    d = scratch("model_" + name);
+    auto spec = model::preset(name == "tiny-k" ? "tiny" : name);
+    if (name == "tiny-k") {
+      spec.config.hidden_size = 256;
+      spec.config.num_attention_heads = 8;
+      spec.config.num_key_value_heads = 2;
+      spec.config.intermediate_size = 512;
+    }
+    model::write_model(d, spec);
+  }
+  return d;
+}
+
+const std::vector<std::int32_t> prompt = {3, 17, 42, 99, 7, 250, 1, 64, 300, 5, 77};
+
+// Logits of every prompt position.
+std::vector<float> logits(std::shared_ptr<const model_weights<float>> w) {
+  lm_type lm(std::move(w), {.max_sequence = 64});
+  const auto out = lm.prefill(prompt, npullm::output_selection::all_rows());
+  return {out.logits.data(), out.logits.data() + out.logits.size()};
+}
+
+// The weights as dense f32 (quantized matrices dequantized), written as a safetensors model.
+fs::path write_dequantized(const model_weights<float>& w, const std::string& name) {
+  const fs::path dir = scratch("deq_" + name);
+  fs::create_directories(dir);
+  struct entry {
+    std::string name;
+    std::vector<std::size_t> shape;
+    std::vector<float> values;
+  };
+  std::vector<entry> entries;
+  for (const auto& t : model::detail::named_tensors(w, "test")) {
+    if (t.matrix != nullptr) {
+      const auto& m = *t.matrix;
+      entry e{t.name, {m.rows(), m.cols()}, std::vector<float>(m.rows() * m.cols())};
+      if (m.quantized) {
+        npullm::ops::dequantize(*m.quantized,
+                                npullm::dense_view<float, 2>(e.values.data(), m.rows(), m.cols()));
+      } else {
+        std::copy_n(m.w.data_handle(), e.values.size(), e.values.begin());
+      }
+      entries.push_back(std::move(e));
+    } else if (!t.bias.empty()) {
+      entries.push_back({t.name, {t.bias.size()}, {t.bias.begin(), t.bias.end()}});
+    } else {
+      entries.push_back({t.name,
+                         {t.vector.extent(0)},
+                         {t.vector.data_handle(), t.vector.data_handle() + t.vector.extent(0)}});
+    }
+  }
+  nlohmann::json header = nlohmann::json::object();
+  std::size_t offset = 0;
+  for (const auto& e : entries) {
+    header[e.name] = {{"dtype", "F32"},
+                      {"shape", e.shape},
+                      {"data_offsets", {offset, offset + 4 * e.values.size()}}};
+    offset += 4 * e.values.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(dir / "model.safetensors", std::ios::binary);
+  const std::uint64_t n = text.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << text;
+  for (const auto& e : entries)
+    out.write(reinterpret_cast<const char*>(e.values.data()),
+              static_cast<std::streamsize>(4 * e.values.size()));
+  model::model_config c = w.config();
+  c.torch_dtype = npullm::dtype::f32;
+  std::ofstream(dir / "config.json") << model::config_json(c).dump(2);
+  return dir;
+}
+
+struct diff_stats {
+  double max = 0, mean = 0, range = 0;
+};
+
+diff_stats compare(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  diff_stats s;
+  float lo = want[0], hi = want[0];
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    EXPECT_TRUE(std::isfinite(got[i]));
+    s.max = std::max(s.max, d);
+    s.mean += d;
+    lo = std::min(lo, want[i]);
+    hi = std::max(hi, want[i]);
+  }
+  s.mean /= static_cast<double>(want.size());
+  s.range = hi - lo;
+  return s;
+}
+
+// The stated tolerance against the dequantized f32 reference.
+void expect_close_to_reference(const std::vector<float>& got, const std::vector<float>& want,
+                               const std::string& what) {
+  const auto s = compare(got, want);
+  std::printf("  %-28s max |diff| %.4f  mean %.5f  (logit range %.2f)\n", what.c_str(), s.max,
+              s.mean, s.range);
+  EXPECT_LE(s.max, 0.03 * s.range) << what;
+  EXPECT_LE(s.mean, 0.005 * s.range) << what;
+  EXPECT_GT(s.max, 0.0) << what << ": the quantized kernels ran (activations rounded to int8)";
+}
+
+// ---- quantize at load ----------------------------------------------------------------------
+
+struct load_case {
+  std::string preset;
+  quantization q;
+  std::string label;
+};
+
+class quantize_at_load : public ::testing::TestWithParam<load_case> {};
+
+TEST_P(quantize_at_load, matches_the_dequantized_f32_pipeline_and_decode_equals_prefill) {
+  const auto& p = GetParam();
+  const load_options opts{.projections = p.q, .embedding_and_head = p.q};
+  const auto w = model_weights<float>::load(tiny_dir(p.preset), opts);
+  const auto& c = w->config();
+  ASSERT_EQ(w->quantized_matrices(), 7 * c.num_hidden_layers + 1 + !c.tie_word_embeddings);
+  EXPECT_EQ(w->layers[0].q.quantized->format, p.q.format);
+  const auto ref = model_weights<float>::load(write_dequantized(*w, p.preset + p.label));
+  const auto got = logits(w), want = logits(ref);
+  expect_close_to_reference(got, want, p.preset + " " + p.label);
+
+  // Decode equals prefill: the prompt but its last token, then the last token decoded.
+  lm_type lm(w, {.max_sequence = 64});
+  lm.prefill(std::span(prompt).first(prompt.size() - 1));
+  const auto step = lm.decode(std::span(prompt).last(1));
+  const std::size_t v = c.vocab_size;
+  const std::vector<float> last(got.end() - static_cast<std::ptrdiff_t>(v), got.end());
+  for (std::size_t i = 0; i < v; ++i)
+    ASSERT_NEAR(step.logits.data()[i], last[i], 1e-4f * (1 + std::fabs(last[i]))) << i;
+}
+
+std::vector<load_case> load_cases() {
+  std::vector<load_case> out;
+  const std::array<std::pair<quantization, const char*>, 6> qs{{
+      {{weight_format::q8_0, 0, npullm::dtype::f16}, "q8_0"},
+      {{weight_format::q4_0, 0, npullm::dtype::f16}, "q4_0"},
+      {{weight_format::int8_sym, 0, npullm::dtype::f32}, "int8_sym_channel"},
+      {{weight_format::int8_sym, 64, npullm::dtype::f16}, "int8_sym_g64"},
+      {{weight_format::int4_sym, 32, npullm::dtype::f16}, "int4_sym_g32"},
+      {{weight_format::int4_sym, 128, npullm::dtype::f16}, "int4_sym_g128"},
+  }};
+  for (const char* preset : {"tiny", "tiny-llama"})
+    for (const auto& [q, label] : qs) out.push_back({preset, q, label});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(formats, quantize_at_load, ::testing::ValuesIn(load_cases()),
+                         [](const auto& info) {
+                           std::string s = info.param.preset + "_" + info.param.label;
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
+
+TEST(quantize_at_load, projections_only_keeps_the_embedding_dense_and_the_packing_skips_them) {
+  const auto w = model_weights<float>::load(
+      tiny_dir("tiny"), {.projections = quantization{weight_format::int4_sym, 128}});
+  EXPECT_FALSE(w->embed.is_quantized());
+  EXPECT_TRUE(w->layers[1].down.is_quantized());
+  EXPECT_EQ(w->quantized_matrices(), 14u);
+  // Packing on: the dense matrices would be packed, the quantized ones are not.
+  lm_type lm(w, {.max_sequence = 32, .packing = model::weight_packing::on});
+  const auto out = lm.prefill(prompt);
+  for (std::size_t i = 0; i < out.logits.size(); ++i)
+    ASSERT_TRUE(std::isfinite(out.logits.data()[i]));
+}
+
+TEST(quantize_at_load, refuses_a_format_without_a_quantizer_and_a_bad_group) {
+  try {
+    (void)model_weights<float>::load(tiny_dir("tiny"),
+                                     {.projections = quantization{weight_format::q4_k, 0}});
+    FAIL();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), error_code::unsupported);
+  }
+  try {
+    (void)model_weights<float>::load(tiny_dir("tiny"),
+                                     {.projections = quantization{weight_format::int4_sym, 48}});
+    FAIL();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+  }
+}
+
+// ---- quantized safetensors: write, load back ------------------------------------------------
+
+TEST(quantized_safetensors, round_trip_gives_the_logits_of_quantize_at_load_exactly) {
+  for (const auto& [preset, q] :
+       {std::pair{"tiny", quantization{weight_format::int4_sym, 128}},
+        std::pair{"tiny-llama", quantization{weight_format::q4_0, 0}},
+        std::pair{"tiny", quantization{weight_format::int8_sym, 0, npullm::dtype::f32}}}) {
+    const load_options opts{.projections = q,
+                            .embedding_and_head = quantization{weight_format::int8_sym, 0}};
+    const auto w = model_weights<float>::load(tiny_dir(preset), opts);
+    const fs::path out =
+        scratch(std::string("st_") + preset + std::string(npullm::ops::to_string(q.format)));
+    model::save_safetensors(*w, out);
+    EXPECT_EQ(model::stored_weight_type(out), npullm::dtype::f32);
+    const auto back = model_weights<float>::load(out);  // no options: stored quantized
+    EXPECT_EQ(back->quantized_matrices(), w->quantized_matrices());
+    EXPECT_EQ(back->layers[0].up.quantized->format, q.format);
+    EXPECT_EQ(logits(back), logits(w)) << preset;
+  }
+}
+
+// ---- GGUF ----------------------------------------------------------------------------------
+
+// llama.cpp's permute: rows (heads, 2, D/2) -> (heads, D/2, 2), written out independently of
+// the library's llama_permuted_row.
+std::vector<std::byte> llama_permute(std::span<const std::byte> rows, std::size_t n,
+                                     std::size_t heads, std::size_t row_bytes) {
+  std::vector<std::byte> out(rows.size());
+  const std::size_t d = n / heads, half = d / 2;
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < 2; ++i)
+      for (std::size_t j = 0; j < half; ++j) {
+        const std::size_t from = h * d + i * half + j;  // (h, i, j)
+        const std::size_t to = h * d + j * 2 + i;       // (h, j, i)
+        std::memcpy(out.data() + to * row_bytes, rows.data() + from * row_bytes, row_bytes);
+      }
+  return out;
+}
+
+void put_f16(std::byte* p, float v) {
+  const std::uint16_t b = npullm::float16(v).bits();
+  std::memcpy(p, &b, 2);
+}
+
+// A simple Q4_K quantizer (per sub-block min and scale, 6-bit each; not llama.cpp's search).
+std::vector<std::byte> quantize_q4_k(const float* x, std::size_t n, std::size_t k) {
+  std::vector<std::byte> out(n * k / 256 * 144);
+  for (std::size_t sb = 0; sb < n * k / 256; ++sb) {
+    const float* v = x + sb * 256;
+    std::byte* b = out.data() + sb * 144;
+    float scale[8], mn[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = v[32 * j], hi = v[32 * j];
+      for (int i = 0; i < 32; ++i)
+        lo = std::min(lo, v[32 * j + i]), hi = std::max(hi, v[32 * j + i]);
+      lo = std::min(lo, 0.0f);
+      scale[j] = (hi - lo) / 15;
+      mn[j] = -lo;
+      max_scale = std::max(max_scale, scale[j]);
+      max_min = std::max(max_min, mn[j]);
+    }
+    const float d = static_cast<float>(npullm::float16(max_scale / 63));
+    const float dmin = static_cast<float>(npullm::float16(max_min / 63));
+    put_f16(b, d);
+    put_f16(b + 2, dmin);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = d > 0 ? std::clamp(static_cast<int>(std::lround(scale[j] / d)), 1, 63) : 0;
+      m[j] = dmin > 0 ? std::clamp(static_cast<int>(std::lround(mn[j] / dmin)), 0, 63) : 0;
+    }
+    auto* s = reinterpret_cast<std::uint8_t*>(b + 4);
+    for (int j = 0; j < 4; ++j) {
+      s[j] = static_cast<std::uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+      s[j + 4] = static_cast<std::uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+      s[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+    auto* q = reinterpret_cast<std::uint8_t*>(b + 16);
+    for (int j = 0; j < 8; ++j) {
+      const float step = d * static_cast<float>(sc[j]), off = dmin * static_cast<float>(m[j]);
+      for (int i = 0; i < 32; ++i) {
+        const int code =
+            step > 0
+                ? std::clamp(static_cast<int>(std::lround((v[32 * j + i] + off) / step)), 0, 15)
+                : 0;
+        q[32 * (j / 2) + i] |= static_cast<std::uint8_t>(code << (4 * (j % 2)));
+      }
+    }
+  }
+  return out;
+}
+
+// A simple Q6_K quantizer (8-bit scale per 16 values, 6-bit codes).
+std::vector<std::byte> quantize_q6_k(const float* x, std::size_t n, std::size_t k) {
+  std::vector<std::byte> out(n * k / 256 * 210);
+  for (std::size_t sb = 0; sb < n * k / 256; ++sb) {
+    const float* v = x + sb * 256;
+    auto* b = reinterpret_cast<std::uint8_t*>(out.data() + sb * 210);
+    float s[16], max_s = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(v[16 * j + i]));
+      s[j] = amax / 31;
+      max_s = std::max(max_s, s[j]);
+    }
+    const float d = static_cast<float>(npullm::float16(max_s / 127));
+    put_f16(reinterpret_cast<std::byte*>(b + 208), d);
+    for (int j = 0; j < 16; ++j) {
+      const int sc = d > 0 ? std::clamp(static_cast<int>(std::lround(s[j] / d)), -128, 127) : 0;
+      b[192 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(sc));
+      const float step = d * static_cast<float>(sc);
+      for (int i = 0; i < 16; ++i) {
+        const std::size_t e = 16 * static_cast<std::size_t>(j) + static_cast<std::size_t>(i);
+        const int q =
+            step > 0 ? std::clamp(static_cast<int>(std::lround(v[e] / step)) + 32, 0, 63) : 32;
+        const std::size_t h = e / 128, l = e % 32, quarter = (e % 128) / 32;
+        b[64 * h + l + (quarter % 2) * 32] |=
+            static_cast<std::uint8_t>((q & 0xF) << ((quarter / 2) * 4));
+        b[128 + 32 * h + l] |= static_cast<std::uint8_t>((q >> 4) << (2 * quarter));
+      }
+    }
+  }
+  return out;
+}
+
+// A GGUF of the safetensors model at `dir`, written here (not through save_gguf): matrices in
+// `type` (embedding / LM head in `head_type`), norms F32, Llama's Q/K permuted as llama.cpp does.
+// `edit` may change the writer's input (refusal tests).
+struct gguf_spec {
+  npullm::model::ggml_type type = npullm::model::ggml_type::q8_0;
+  npullm::model::ggml_type head_type = npullm::model::ggml_type::q8_0;
+  std::string arch = {};        // empty: the model's family
+  std::string bad_tensor = {};  // written with a wrong shape
+};
+
+fs::path write_gguf(const fs::path& dir, const fs::path& path, const gguf_spec& spec) {
+  using npullm::model::ggml_type;
+  const auto c = model::load_config(dir);
+  const auto file = model::safetensors_model::open(dir);
+  model::gguf_writer g;
+  const std::string arch = spec.arch.empty() ? std::string(model::to_string(c.family)) : spec.arch;
+  const std::string p = arch + ".";
+  g.add("general.architecture", arch);
+  g.add(p + "block_count", static_cast<std::uint32_t>(c.num_hidden_layers));
+  g.add(p + "context_length", static_cast<std::uint32_t>(c.max_position_embeddings));
+  g.add(p + "embedding_length", static_cast<std::uint32_t>(c.hidden_size));
+  g.add(p + "feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
+  g.add(p + "attention.head_count", static_cast<std::uint32_t>(c.num_attention_heads));
+  g.add(p + "attention.head_count_kv", static_cast<std::uint32_t>(c.num_key_value_heads));
+  g.add(p + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  g.add(p + "rope.freq_base", static_cast<float>(c.rope_theta));
+  g.add(p + "rope.dimension_count", static_cast<std::uint32_t>(c.head_dim));
+  g.add("tokenizer.ggml.model", "gpt2");  // ignored
+  for (const auto& [name, shape] : model::tensor_list(c)) {
+    std::size_t count = 1;
+    for (auto s : shape) count *= s;
+    const float* x = name.find("bias") != std::string::npos || shape.size() == 1
+                         ? file.view<float, 1>(name).data_handle()
+                         : file.view<float, 2>(name).data_handle();
+    std::vector<std::size_t> sh = shape;
+    if (name == spec.bad_tensor) sh[0] += 1;
+    const std::string gname = model::gguf_tensor_name(name);
+    if (shape.size() == 1) {
+      std::vector<std::byte> bytes(count * 4);
+      std::memcpy(bytes.data(), x, count * 4);
+      if (name == spec.bad_tensor) bytes.resize(sh[0] * 4);
+      const std::size_t heads =
+          name.find("q_proj") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
+      if (model::gguf_rows_permuted(c.family, name)) bytes = llama_permute(bytes, count, heads, 4);
+      g.add_tensor(gname, ggml_type::f32, sh, std::move(bytes));
+      continue;
+    }
+    const std::size_t n = shape[0], k = shape[1];
+    const bool head = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    const ggml_type t = head ? spec.head_type : spec.type;
+    std::vector<std::byte> bytes;
+    const npullm::dense_view<const float, 2> w(x, n, k);
+    switch (t) {
+      case ggml_type::f32:
+        bytes.resize(n * k * 4);
+        std::memcpy(bytes.data(), x, bytes.size());
+        break;
+      case ggml_type::q8_0:
+      case ggml_type::q4_0: {
+        const auto m = npullm::ops::quantize(
+            w, t == ggml_type::q8_0 ? weight_format::q8_0 : weight_format::q4_0);
+        bytes.assign(m.data().begin(), m.data().end());
+        break;
+      }
+      case ggml_type::q4_k: bytes = quantize_q4_k(x, n, k); break;
+      case ggml_type::q6_k: bytes = quantize_q6_k(x, n, k); break;
+      default:  // a type the pipeline cannot run: bytes of the right size
+        bytes.resize(n * k / npullm::model::ggml_traits(t).block_size *
+                     npullm::model::ggml_traits(t).block_bytes);
+    }
+    if (model::gguf_rows_permuted(c.family, name)) {
+      const std::size_t heads =
+          name.find("q_proj") != std::string::npos ? c.num_attention_heads : c.num_key_value_heads;
+      bytes = llama_permute(bytes, n, heads, bytes.size() / n);
+    }
+    if (name == spec.bad_tensor) bytes.resize(bytes.size() / n * sh[0]);
+    g.add_tensor(gname, t, sh, std::move(bytes));
+  }
+  g.write(path);
+  return path;
+}
+
+TEST(gguf_model, name_mapping_and_permutation_rows) {
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.12.mlp.down_proj.weight"),
+            "blk.12.ffn_down.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.k_proj.bias"), "blk.0.attn_k.bias");
+  EXPECT_EQ(model::gguf_tensor_name("lm_head.weight"), "output.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.q_norm.weight"), "");
+  // Head dim 8: HF rows 0..3 (first halves) go to even rows, 4..7 to odd rows.
+  const std::array<std::size_t, 8> want{0, 2, 4, 6, 1, 3, 5, 7};
+  for (std::size_t r = 0; r < 8; ++r) EXPECT_EQ(model::llama_permuted_row(r, 8), want[r]);
+  EXPECT_EQ(model::llama_permuted_row(8 + 5, 8), 8 + 3u);
+}
+
+// Every matrix as the file stores it: equal to the HF model's (after un-permuting Llama's Q/K).
+TEST(gguf_model, llama_permutation_round_trip_gives_the_unpermuted_model) {
+  for (const char* preset : {"tiny-llama", "tiny"}) {
+    const fs::path dir = tiny_dir(preset);
+    const fs::path path =
+        write_gguf(dir, scratch(std::string(preset) + "_f32.gguf"),
+                   {npullm::model::ggml_type::f32, npullm::model::ggml_type::f32});
+    const auto g = model_weights<float>::load_gguf(path);
+    const auto st = model_weights<float>::load(dir);
+    EXPECT_EQ(g->config().family, st->config().family);
+    EXPECT_EQ(g->config().tie_word_embeddings, st->config().tie_word_embeddings);
+    EXPECT_EQ(g->config().vocab_size, st->config().vocab_size);
+    for (std::size_t l = 0; l < st->layers.size(); ++l) {
+      for (auto m : {&model::layer_weights<float>::q, &model::layer_weights<float>::k,
+                     &model::layer_weights<float>::v, &model::layer_weights<float>::down}) {
+        const auto& a = (g->layers[l].*m).w;
+        const auto& b = (st->layers[l].*m).w;
+        ASSERT_EQ(a.extent(0), b.extent(0));
+        for (std::size_t r = 0; r < a.extent(0); ++r)
+          ASSERT_EQ(std::memcmp(&a(r, 0), &b(r, 0), a.extent(1) * 4), 0) << preset << " row " << r;
+      }
+    }
+    EXPECT_EQ(logits(g), logits(st)) << preset;
+  }
+}
+
+TEST(gguf_model, permuted_file_without_undoing_differs) {
+  // The permutation matters: a llama file read as qwen2-style (no un-permutation) gives other
+  // q rows. (Guards against a test that would pass with the permutation a no-op.)
+  const fs::path path = write_gguf(tiny_dir("tiny-llama"), scratch("llama_f32b.gguf"),
+                                   {npullm::model::ggml_type::f32, npullm::model::ggml_type::f32});
+  const auto file = npullm::model::gguf_file::open(path);
+  const auto stored = file->view<float, 2>("blk.0.attn_q.weight");
+  const auto st = model_weights<float>::load(tiny_dir("tiny-llama"));
+  EXPECT_NE(std::memcmp(&stored(1, 0), &st->layers[0].q.w(1, 0), stored.extent(1) * 4), 0);
+  EXPECT_EQ(std::memcmp(&stored(2, 0), &st->layers[0].q.w(1, 0), stored.extent(1) * 4), 0);
+}
+
+struct gguf_case {
+  std::string preset;
+  npullm::model::ggml_type type, head_type;
+  std::string label;
+};
+
+class gguf_formats : public ::testing::TestWithParam<gguf_case> {};
+
+// Quantized GGUF tensors load zero-copy (or row-copied for Llama's Q/K) and run; the logits
+// match the f32 pipeline over the same (dequantized) weights.
+TEST_P(gguf_formats, loads_and_matches_the_dequantized_reference) {
+  const auto& p = GetParam();
+  const fs::path path = write_gguf(tiny_dir(p.preset), scratch(p.preset + "_" + p.label + ".gguf"),
+                                   {p.type, p.head_type});
+  const auto w = model_weights<float>::load_gguf(path);
+  ASSERT_TRUE(w->layers[0].up.is_quantized());
+  EXPECT_EQ(model::ggml_type_of(w->layers[0].up.quantized->format), p.type);
+  EXPECT_EQ(model::ggml_type_of(w->embed.quantized->format), p.head_type);
+  const auto ref = model_weights<float>::load(write_dequantized(*w, "gguf_" + p.preset + p.label));
+  expect_close_to_reference(logits(w), logits(ref), p.preset + " gguf " + p.label);
+  // Zero-copy: an unpermuted quantized tensor points into the file's mapping.
+  const auto file = npullm::model::gguf_file::open(path);
+  EXPECT_EQ(w->layers[0].up.quantized->data.size(), file->bytes("blk.0.ffn_up.weight").size());
+}
+
+using gt = npullm::model::ggml_type;
+INSTANTIATE_TEST_SUITE_P(types, gguf_formats,
+                         ::testing::Values(gguf_case{"tiny", gt::q8_0, gt::q8_0, "q8_0"},
+                                           gguf_case{"tiny-llama", gt::q8_0, gt::q8_0, "q8_0"},
+                                           gguf_case{"tiny", gt::q4_0, gt::q8_0, "q4_0"},
+                                           gguf_case{"tiny-llama", gt::q4_0, gt::q4_0, "q4_0"},
+                                           gguf_case{"tiny-k", gt::q4_k, gt::q6_k, "q4_k_q6_k"}),
+                         [](const auto& info) {
+                           std::string s = info.param.preset + "_" + info.param.label;
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
+
+TEST(gguf_model, save_gguf_round_trip_equals_quantize_at_load) {
+  for (const char* preset : {"tiny", "tiny-llama"}) {
+    for (const auto f : {weight_format::q8_0, weight_format::q4_0}) {
+      const auto w = model_weights<float>::load(
+          tiny_dir(preset), {.projections = quantization{f, 0},
+                             .embedding_and_head = quantization{weight_format::q8_0, 0}});
+      const fs::path path = scratch(std::string(preset) + "_save_" +
+                                    std::string(npullm::ops::to_string(f)) + ".gguf");
+      model::save_gguf(*w, path);
+      const auto back = model_weights<float>::load_gguf(path);
+      EXPECT_EQ(back->quantized_matrices(), w->quantized_matrices());
+      EXPECT_EQ(logits(back), logits(w)) << preset << " " << npullm::ops::to_string(f);
+    }
+  }
+}
+
+TEST(gguf_model, save_gguf_refuses_the_symmetric_formats) {
+  const auto w = model_weights<float>::load(
+      tiny_dir("tiny"), {.projections = quantization{weight_format::int4_sym, 128}});
+  try {
+    model::save_gguf(*w, scratch("sym.gguf"));
+    FAIL();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), error_code::unsupported);
+    EXPECT_NE(e.message().find("int4_sym"), std::string::npos) << e.message();
+  }
+}
+
+void expect_refused(const fs::path& path, error_code code, const std::vector<std::string>& words) {
+  try {
+    (void)model_weights<float>::load_gguf(path);
+    FAIL() << "loaded " << path;
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), code) << e.message();
+    for (const auto& w : words) EXPECT_NE(e.message().find(w), std::string::npos) << e.message();
+  }
+}
+
+TEST(gguf_model, refuses_an_unknown_architecture) {
+  gguf_spec s;
+  s.arch = "gpt2";
+  expect_refused(write_gguf(tiny_dir("tiny"), scratch("gpt2.gguf"), s), error_code::unsupported,
+                 {"gpt2"});
+}
+
+TEST(gguf_model, refuses_a_tensor_type_it_cannot_run_naming_the_tensor) {
+  gguf_spec s;
+  s.type = gt::q5_k;
+  // K = 128 is no multiple of Q5_K's 256: use the hidden-256 model.
+  expect_refused(write_gguf(tiny_dir("tiny-k"), scratch("q5k.gguf"), s), error_code::unsupported,
+                 {"Q5_K", "blk.0."});
+  s.type = gt::q4_1;
+  expect_refused(write_gguf(tiny_dir("tiny"), scratch("q41.gguf"), s), error_code::unsupported,
+                 {"Q4_1"});
+}
+
+TEST(gguf_model, refuses_a_shape_mismatch_naming_the_tensor) {
+  gguf_spec s;
+  s.bad_tensor = "model.layers.1.mlp.up_proj.weight";
+  expect_refused(write_gguf(tiny_dir("tiny"), scratch("shape.gguf"), s), error_code::corrupt_data,
+                 {"blk.1.ffn_up.weight"});
+  s.bad_tensor = "model.layers.0.post_attention_layernorm.weight";
+  expect_refused(write_gguf(tiny_dir("tiny"), scratch("shape2.gguf"), s), error_code::corrupt_data,
+                 {"blk.0.ffn_norm.weight"});
+}
+
+TEST(gguf_model, refuses_a_dense_matrix_of_another_type_than_w) {
+  const fs::path path = write_gguf(tiny_dir("tiny"), scratch("f32dense.gguf"), {gt::f32, gt::f32});
+  try {
+    (void)model_weights<npullm::bfloat16>::load_gguf(path);
+    FAIL();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), error_code::unsupported);
+    EXPECT_NE(e.message().find("F32"), std::string::npos) << e.message();
+  }
+  // Norms (1-D F32) are converted to W: a bf16 pipeline over a quantized file loads.
+  const fs::path q = write_gguf(tiny_dir("tiny"), scratch("q8bf.gguf"), {gt::q8_0, gt::q8_0});
+  const auto w = model_weights<npullm::bfloat16>::load_gguf(q);
+  EXPECT_EQ(w->quantized_matrices(), 15u);
+}
+
+}  // namespace
+
+// ---- npullm_quantize's files (ctest runs the program first; see tests/CMakeLists.txt) -------
+
+namespace {
+
+std::vector<float> logits_bf16(std::shared_ptr<const model_weights<npullm::bfloat16>> w) {
+  model::causal_lm<model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>,
+                                          npullm::bfloat16>>
+      lm(std::move(w), {.max_sequence = 64});
+  const auto out = lm.prefill(prompt, npullm::output_selection::all_rows());
+  return {out.logits.data(), out.logits.data() + out.logits.size()};
+}
+
+fs::path cli_dir() {
+  const char* d = std::getenv("NPULLM_QUANTIZE_DIR");
+  return d ? fs::path(d) : fs::path();
+}
+
+TEST(cli, gguf_written_by_npullm_quantize_loads_and_runs_as_quantize_at_load) {
+  if (cli_dir().empty()) GTEST_SKIP() << "run through ctest (test_quantized_cli)";
+  const auto file = model_weights<npullm::bfloat16>::load_gguf(cli_dir() / "model-q4_0.gguf");
+  const auto at_load = model_weights<npullm::bfloat16>::load(
+      cli_dir() / "model", {.projections = quantization{weight_format::q4_0, 0},
+                            .embedding_and_head = quantization{weight_format::q8_0, 0}});
+  EXPECT_EQ(file->config().family, model::model_family::llama);
+  EXPECT_EQ(file->quantized_matrices(), at_load->quantized_matrices());
+  EXPECT_EQ(logits_bf16(file), logits_bf16(at_load));
+}
+
+TEST(cli, safetensors_written_by_npullm_quantize_loads_and_runs_as_quantize_at_load) {
+  if (cli_dir().empty()) GTEST_SKIP() << "run through ctest (test_quantized_cli)";
+  const auto file = model_weights<npullm::bfloat16>::load(cli_dir() / "model-int4");
+  const auto at_load = model_weights<npullm::bfloat16>::load(
+      cli_dir() / "model", {.projections = quantization{weight_format::int4_sym, 128},
+                            .embedding_and_head = quantization{weight_format::int8_sym, 0}});
+  EXPECT_EQ(file->layers[0].gate.quantized->format, weight_format::int4_sym);
+  EXPECT_EQ(file->embed.quantized->format, weight_format::int8_sym);
+  EXPECT_EQ(logits_bf16(file), logits_bf16(at_load));
+}
+
+}  // namespace
