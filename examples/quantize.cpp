@@ -12,8 +12,8 @@
 //
 // Example (the NPU recipe: int4 group 128 for the layers, int8 per channel for the embedding):
 //   npullm_quantize models/qwen2-0.5b-bf16 models/qwen2-0.5b-int4
-//   npullm_quantize models/qwen2-0.5b-bf16 qwen2-0.5b-q4_0.gguf --projections q4_0 \
-//       --embedding q8_0 --gguf
+//   npullm_quantize models/qwen2-0.5b-bf16 qwen2-0.5b-q4_0.gguf --projections q4_0
+//       --embedding q8_0 --gguf        (one command line)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
