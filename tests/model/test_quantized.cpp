@@ -214,17 +214,49 @@ INSTANTIATE_TEST_SUITE_P(formats, quantize_at_load, ::testing::ValuesIn(load_cas
                            return s;
                          });
 
-TEST(quantize_at_load, projections_only_keeps_the_embedding_dense_and_the_packing_skips_them) {
+TEST(quantize_at_load, projections_only_keeps_the_embedding_dense) {
   const auto w = model_weights<float>::load(
       tiny_dir("tiny"), {.projections = quantization{weight_format::int4_sym, 128}});
   EXPECT_FALSE(w->embed.is_quantized());
   EXPECT_TRUE(w->layers[1].down.is_quantized());
   EXPECT_EQ(w->quantized_matrices(), 14u);
-  // Packing on: the dense matrices would be packed, the quantized ones are not.
-  lm_type lm(w, {.max_sequence = 32, .packing = model::weight_packing::on});
-  const auto out = lm.prefill(prompt);
-  for (std::size_t i = 0; i < out.logits.size(); ++i)
-    ASSERT_TRUE(std::isfinite(out.logits.data()[i]));
+}
+
+// weight_packing::on packs the quantized projections into int8 panels (ops::pack) too; steps of
+// more than 16 rows read them, with results bit for bit those of the blocks read in place
+// (ops/quant_linear.hpp's promise, here through every projection of the pipeline). automatic
+// packs the dense f32 projections only.
+TEST(quantize_at_load, packing_on_packs_quantized_projections_with_the_same_logits) {
+  std::vector<std::int32_t> ids;
+  for (std::int32_t i = 0; i < 37; ++i) ids.push_back((i * 53 + 11) % 400);
+  const auto all = npullm::output_selection::all_rows();
+  for (const auto& q :
+       {quantization{weight_format::q4_0, 0}, quantization{weight_format::int4_sym, 128},
+        quantization{weight_format::q8_0, 0}}) {
+    const auto w = model_weights<float>::load(tiny_dir("tiny"), {.projections = q});
+    lm_type in_place(w, {.max_sequence = 64, .packing = model::weight_packing::off});
+    lm_type automatic(w, {.max_sequence = 64});
+    lm_type packed(w, {.max_sequence = 64, .packing = model::weight_packing::on});
+    EXPECT_EQ(in_place.packed_bytes(), 0u);
+    EXPECT_EQ(automatic.packed_bytes(), 0u);  // every projection is quantized
+#if defined(__AVX2__)
+    // int8 panels: at least one byte per weight of the 14 quantized projections.
+    std::size_t weights = 0;
+    for (const auto& l : w->layers)
+      for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+        weights += p->rows() * p->cols();
+    EXPECT_GE(packed.packed_bytes(), weights);
+#endif
+    const auto a = in_place.prefill(ids, all);
+    const auto b = packed.prefill(ids, all);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)), 0)
+        << npullm::ops::to_string(q.format);
+    // Decode (one row: the GEMV over the blocks) continues from the packed prefill.
+    const auto da = in_place.decode(std::array<std::int32_t, 1>{9});
+    const auto db = packed.decode(std::array<std::int32_t, 1>{9});
+    EXPECT_EQ(std::memcmp(da.logits.data(), db.logits.data(), da.logits.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(quantize_at_load, refuses_a_format_without_a_quantizer_and_a_bad_group) {

@@ -108,6 +108,10 @@ struct prefill_mode {
 // where it pays, i.e. on a host backend unless the bf16 dot-product path (AVX-512 BF16, which
 // reads W in place) serves these weights. Costs a second copy of the layer weights in memory
 // (the file's mapping stays, its pages reclaimable); the LM head and embeddings are not packed.
+// Quantized projections are packed only by `on` (ops::pack: int8 panels, about 1.6 bytes per
+// weight beside the blocks, which decode keeps reading): steps of more than 16 rows then skip
+// decoding W's blocks per call. automatic leaves them as stored, since they were quantized to
+// save memory.
 enum class weight_packing { automatic, off, on };
 
 struct pipeline_options {

@@ -64,14 +64,16 @@ struct load_options {
 
 // A weight matrix (N, K): dense in W as stored, or quantized (a checked view of its blocks,
 // zero-copy into a GGUF / quantized safetensors mapping, or owned by the weights when quantized
-// or row-permuted at load), plus the packed copy (ops::packed_weights, owned by the pipeline
-// that packs; dense only) that linear reads instead when there is one. The per-tensor unit:
+// or row-permuted at load), plus the packed copy that linear reads instead when there is one
+// (owned by the pipeline that packs: ops::packed_weights for a dense W, ops::packed_quantized's
+// int8 panels for a quantized one, read by steps of more than 16 rows). The per-tensor unit:
 // project() dispatches on it at run time to W's dense linear or one of the quantized kernels.
 template <storage_type W>
 struct projection {
   dense_view<const W, 2> w;  // (N, K); empty when quantized
   const ops::packed_weights<W>* packed = nullptr;
   std::optional<ops::quantized_view> quantized;
+  const ops::packed_quantized* packed_quantized = nullptr;  // of *quantized
 
   [[nodiscard]] bool is_quantized() const noexcept { return quantized.has_value(); }
   [[nodiscard]] std::size_t rows() const noexcept {
@@ -112,12 +114,14 @@ projection<W> row_range(const projection<W>& p, std::size_t r0, std::size_t r1) 
   return out;
 }
 
-// y = x W^T (+ bias): the quantized kernel of the matrix's format, else W's linear through
-// the packed copy when there is one.
+// y = x W^T (+ bias): the quantized kernel of the matrix's format (over its panels when packed),
+// else W's linear through the packed copy when there is one.
 template <storage_type W, threading_policy Policy>
 void project(dense_view<const float, 2> x, const projection<W>& p, dense_view<float, 2> y,
              std::span<const float> bias, const Policy& policy) {
-  if (p.quantized) {
+  if (p.packed_quantized != nullptr) {
+    ops::linear(x, *p.packed_quantized, y, bias, policy);
+  } else if (p.quantized) {
     ops::linear(x, *p.quantized, y, bias, policy);
   } else if (p.packed != nullptr) {
     ops::linear<W>(x, *p.packed, y, bias, policy);
