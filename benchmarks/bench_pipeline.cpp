@@ -10,6 +10,9 @@
 //   pipeline_decode/qwen2-0.5b/{q4_0,int4_g128}/after512/threads:n  the bf16 model quantized at
 //       load (q4_0: Q4_0 layers, Q8_0 embedding / LM head; int4_g128: int4_sym group 128, int8_sym
 //       per channel); GBps and pct_bw on the quantized bytes a token reads
+//   pipeline_prefill/qwen2-0.5b/{q4_0,q4_0_packed}/p512/threads:n  prefill over those weights,
+//       the layers' blocks decoded per call or packed at load (weight_packing::on); GOPs and
+//       pct_peak of the int8 dot-product peak
 // Weights are bf16 or f32 (or quantized at load); KV is bf16 in blocks of 16.
 #include <benchmark/benchmark.h>
 
@@ -152,6 +155,37 @@ void quantized_decode_benchmark(benchmark::State& state, std::size_t threads, st
   decode_loop(state, lm, bytes, threads);
 }
 
+// Prefill 512 over the quantized layers (LM head on the last row): `packed` decodes the layers
+// once at load into int8 panels (weight_packing::on), else the GEMM decodes W's blocks per call.
+// pct_peak against the int8 dot-product peak (machine_limits: the kernels' own instructions),
+// the path the quantized GEMMs take (activations are quantized to int8 per 32).
+void quantized_prefill_benchmark(benchmark::State& state, std::size_t threads, std::string format,
+                                 bool packed) {
+  const auto w = quantized_weights(format);
+  lm_type<npullm::bfloat16> lm(
+      w, {.max_sequence = 1024,
+          .pool = &pool_for(threads),
+          .packing = packed ? npullm::model::weight_packing::on : npullm::model::weight_packing::off});
+  const auto& c = lm.config();
+  const auto ids = tokens(512, c.vocab_size);
+  const double seconds = nb::timed_loop(state, [&] {
+    lm.reset();
+    benchmark::DoNotOptimize(lm.prefill(ids).logits.data());
+  });
+  const double n = 512;
+  const double attention =
+      4.0 * static_cast<double>(c.head_dim * c.num_attention_heads * c.num_hidden_layers) * n *
+      (n + 1) / 2;
+  const double ops = 2.0 * body_params(c) * n + attention +
+                     2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
+  const double gops = ops / seconds / 1e9;
+  const auto& m = nb::limits_for(threads);
+  state.counters["tokens_per_s"] = n / seconds;
+  state.counters["GOPs"] = gops;
+  state.counters["pct_peak"] = 100.0 * gops / (m.int8_gops > 0 ? m.int8_gops : m.fma_gflops);
+  state.counters["packed_MB"] = static_cast<double>(lm.packed_bytes()) / 1e6;
+}
+
 template <class W>
 void logits_benchmark(benchmark::State& state, std::size_t threads) {
   lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
@@ -201,6 +235,15 @@ void register_quantized() {
                                    quantized_decode_benchmark, threads, std::string(f))
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1);
+    }
+    for (const bool packed : {false, true}) {
+      benchmark::RegisterBenchmark(
+          (std::string("pipeline_prefill/qwen2-0.5b/q4_0") + (packed ? "_packed" : "") +
+           "/p512/threads:" + std::to_string(threads))
+              .c_str(),
+          quantized_prefill_benchmark, threads, std::string("q4_0"), packed)
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(3);
     }
   }
 }

@@ -314,7 +314,7 @@ TEST(QuantLinear, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(11);
   std::vector<std::byte> raw;
   for (const auto f : all_formats) {
-    for (const std::size_t m : {1u, 5u, 40u}) {
+    for (const std::size_t m : {1u, 5u, 40u, 100u}) {  // 100: activations quantized by 3 threads
       const std::size_t n = 101, k = 512;
       const auto owned = random_matrix(f, n, k, rng, raw);
       const ops::quantized_view w =
@@ -326,6 +326,70 @@ TEST(QuantLinear, ResultsDoNotDependOnTheThreadCount) {
       ops::linear(x.view(), w, y3.view(), {}, thread_pool(3));
       EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0)
           << ops::to_string(f) << " m " << m;
+    }
+  }
+}
+
+// The activations' int8 codes (the one rounding the kernels add to the reference): per block of
+// 32, c = x · 127 / absmax rounded half away from zero, d = absmax / 127, the sums of codes 0..15
+// and 16..31 times d; as stored for the kernels: natural order, pairs split (even values then
+// odd ones), biased (c + 128 as u8). Blocks with absmax 127 (scale 1: exact halves such as 2.5
+// and -3.5), an all-zero block, -0, random blocks; rows split over 3 threads give the same.
+TEST(QuantActivations, CodesAreRoundHalfAwayFromZeroInEveryForm) {
+  const std::size_t m = 70, k = 96;  // 70 >= 64 rows: the threaded split runs too
+  std::vector<float> x(m * k);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (float& v : x) v = u(rng);
+  const float halves[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, -0.0f, 126.5f, -126.5f, 1.5f, 63.5f};
+  for (std::size_t i = 0; i < 32; ++i) x[i] = i < 10 ? halves[i] : static_cast<float>(i) - 16.0f;
+  for (std::size_t i = 32; i < 64; ++i) x[i] = 0.0f;
+  x[k + 5] = -1e-30f;  // a tiny value in a random block
+  struct form {
+    bool split, biased;
+  };
+  for (const form f :
+       {form{false, false}, form{true, false}, form{false, true}, form{true, true}}) {
+    ops::detail::quantized_activations a1, a3;
+    ops::detail::quantize_activations(x.data(), k, m, k, f.split, f.biased, a1);
+    ops::detail::quantize_activations(x.data(), k, m, k, f.split, f.biased, a3, -1, thread_pool(3));
+    ASSERT_EQ(a1.codes, a3.codes);
+    ASSERT_EQ(a1.d, a3.d);
+    ASSERT_EQ(a1.sums, a3.sums);
+    for (std::size_t r = 0; r < m; ++r) {
+      for (std::size_t b = 0; b < k / 32; ++b) {
+        const float* xb = x.data() + r * k + 32 * b;
+        double amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(xb[i])));
+        const float d = static_cast<float>(amax) / 127.0f;
+        ASSERT_EQ(a1.d[r * (k / 32) + b], d);
+        int want[32], s0 = 0, s1 = 0;
+        for (int i = 0; i < 32; ++i) {
+          const double t = amax > 0 ? double(xb[i] * (127.0f / static_cast<float>(amax))) : 0.0;
+          want[i] =
+              static_cast<int>(std::clamp(std::trunc(t + (t < 0 ? -0.5 : 0.5)), -127.0, 127.0));
+          (i < 16 ? s0 : s1) += want[i];
+        }
+        if (r == 0 && b == 0) {  // the exact halves, spelled out
+          EXPECT_EQ(want[1], 3);
+          EXPECT_EQ(want[2], -4);
+          EXPECT_EQ(want[3], 1);
+          EXPECT_EQ(want[4], -1);
+          EXPECT_EQ(want[5], 0);
+          EXPECT_EQ(want[6], 127);
+          EXPECT_EQ(want[7], -127);
+        }
+        for (int i = 0; i < 32; ++i) {
+          const int src = f.split ? (i < 16 ? 2 * i : 2 * (i - 16) + 1) : i;
+          const int got =
+              f.biased
+                  ? static_cast<int>(static_cast<std::uint8_t>(a1.codes[r * k + 32 * b + i])) - 128
+                  : a1.codes[r * k + 32 * b + i];
+          ASSERT_EQ(got, want[src]) << "row " << r << " block " << b << " value " << i;
+        }
+        EXPECT_EQ(a1.sums[(r * (k / 32) + b) * 2], d * static_cast<float>(s0));
+        EXPECT_EQ(a1.sums[(r * (k / 32) + b) * 2 + 1], d * static_cast<float>(s1));
+      }
     }
   }
 }
@@ -343,7 +407,8 @@ TEST(QuantLinear, PackedEqualsTheViewPath) {
         std::mt19937 rng(static_cast<unsigned>(n * 31 + k));
         std::vector<std::byte> raw;
         const auto owned = random_matrix(f, n, k, rng, raw);
-        const ops::quantized_view w = raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
+        const ops::quantized_view w =
+            raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
         const auto packed = ops::pack(w, pool);
         ASSERT_EQ(packed.rows(), n);
         ASSERT_EQ(packed.cols(), k);
@@ -360,8 +425,7 @@ TEST(QuantLinear, PackedEqualsTheViewPath) {
           ops::linear(x.view(), packed, y_packed.view(), bias);
           ops::linear(x.view(), packed, y_threads.view(), bias, pool);
           ASSERT_EQ(std::memcmp(y_view.data(), y_packed.data(), y_view.size() * sizeof(float)), 0);
-          ASSERT_EQ(std::memcmp(y_view.data(), y_threads.data(), y_view.size() * sizeof(float)),
-                    0);
+          ASSERT_EQ(std::memcmp(y_view.data(), y_threads.data(), y_view.size() * sizeof(float)), 0);
         }
       }
     }

@@ -88,6 +88,9 @@ inline f32x16 sub(f32x16 a, f32x16 b) noexcept {
 inline f32x16 mul(f32x16 a, f32x16 b) noexcept {
   return {_mm512_mul_ps(a.v, b.v)};
 }
+inline f32x16 div(f32x16 a, f32x16 b) noexcept {
+  return {_mm512_div_ps(a.v, b.v)};
+}
 inline f32x16 max(f32x16 a, f32x16 b) noexcept {
   return {_mm512_max_ps(a.v, b.v)};
 }
@@ -318,6 +321,9 @@ inline f32x16 sub(f32x16 a, f32x16 b) noexcept {
 inline f32x16 mul(f32x16 a, f32x16 b) noexcept {
   return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
 }
+inline f32x16 div(f32x16 a, f32x16 b) noexcept {
+  return {_mm256_div_ps(a.lo, b.lo), _mm256_div_ps(a.hi, b.hi)};
+}
 inline f32x16 max(f32x16 a, f32x16 b) noexcept {
   return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)};
 }
@@ -435,6 +441,7 @@ inline void store(float* p, f32x16 a) noexcept {
 NPULLM_SIMD_BINARY(add, a.v[i] + b.v[i])
 NPULLM_SIMD_BINARY(sub, a.v[i] - b.v[i])
 NPULLM_SIMD_BINARY(mul, a.v[i] * b.v[i])
+NPULLM_SIMD_BINARY(div, a.v[i] / b.v[i])
 NPULLM_SIMD_BINARY(max, a.v[i] > b.v[i] ? a.v[i] : b.v[i])
 #undef NPULLM_SIMD_BINARY
 // a * b + c: fused where the target has an FMA instruction; otherwise a multiply and an add

@@ -54,6 +54,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -120,12 +121,87 @@ struct quantized_activations {
   std::vector<std::int32_t> corr;
 };
 
+// One block of 32 values: its int8 codes c (round half away from zero of x · 127 / absmax, in
+// [-127, 127]) stored to q as the kernels read them (pair_split: the 16 even values then the 16
+// odd ones; biased: c + 128 as u8), its scale d = absmax / 127 (returned) and the sums of codes
+// 0..15 and 16..31. The AVX2 form gives the scalar form's results bit for bit: the same float
+// operations (one multiply, one add of ±0.5, truncation) on each value; the maximum is exact.
+inline float quantize_block(const float* xb, std::int8_t* q, bool pair_split, bool biased, int& s0,
+                            int& s1) noexcept {
+#if defined(__AVX2__)
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(xb + 8 * i);
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), amax);  // a NaN value is skipped
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float a = _mm_cvtss_f32(m4);
+  const float d = a / 127.0f, inv = a > 0.0f ? 127.0f / a : 0.0f;
+  const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  __m256i c[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 t = _mm256_mul_ps(v[i], vinv);
+    // t + (t >= 0 ? 0.5 : -0.5): the sign of t on 0.5 (t = -0 gets -0.5: truncates to 0 too).
+    const __m256 r = _mm256_add_ps(t, _mm256_or_ps(half, _mm256_and_ps(sign, t)));
+    c[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(r), lo), hi);
+  }
+  const auto hsum = [](__m256i x) {
+    __m128i y = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    y = _mm_add_epi32(y, _mm_shuffle_epi32(y, 0x4e));
+    y = _mm_add_epi32(y, _mm_shuffle_epi32(y, 0xb1));
+    return _mm_cvtsi128_si32(y);
+  };
+  s0 = hsum(_mm256_add_epi32(c[0], c[1]));
+  s1 = hsum(_mm256_add_epi32(c[2], c[3]));
+  // packs interleave 128-bit lanes: 32-bit groups come out as 0, 2, 4, 6, 1, 3, 5, 7.
+  const __m256i b =
+      _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+  __m256i v8 = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (pair_split) {  // per 128-bit half: evens then odds; then both halves' evens first
+    const __m256i evens_odds =
+        _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v8, evens_odds), 0xd8);
+  }
+  if (biased) v8 = _mm256_xor_si256(v8, _mm256_set1_epi8(static_cast<char>(0x80)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), v8);
+  return d;
+#else
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  s0 = s1 = 0;
+  std::int8_t c[32];
+  for (int i = 0; i < 32; ++i) {
+    // Round half away from zero; |x · inv| <= 127 (inv from the same amax).
+    const float v = xb[i] * inv;
+    const float r = v + (std::signbit(v) ? -0.5f : 0.5f);
+    c[i] = static_cast<std::int8_t>(r >= -127.0f && r <= 127.0f ? static_cast<int>(r)
+                                    : r > 0.0f                  ? 127
+                                                                : -127);
+    (i < 16 ? s0 : s1) += c[i];
+  }
+  for (int i = 0; i < 32; ++i) {
+    const std::int8_t v = c[pair_split ? (i < 16 ? 2 * i : 2 * (i - 16) + 1) : i];
+    q[i] = biased ? static_cast<std::int8_t>(static_cast<std::uint8_t>(v) ^ 0x80u) : v;
+  }
+  return d;
+#endif
+}
+
 // pair_split: store each block as its 16 even values then its 16 odd ones (int4_sym's nibble
 // order, so that GEMV unpacks a byte's two nibbles to positions i and i + 16, as for q4_0).
 // gemv_offset: o for corr and dpad (the GEMV's form), or 0: neither.
-inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::size_t k,
-                                 bool pair_split, bool biased, quantized_activations& out,
-                                 int gemv_offset = -1) {
+// Rows are split over the policy's threads when there are many (a prefill step's activations).
+template <threading_policy Policy = serial>
+void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::size_t k,
+                          bool pair_split, bool biased, quantized_activations& out,
+                          int gemv_offset = -1, const Policy& policy = {}) {
   out.m = m;
   out.k = k;
   out.blocks = k / 32;
@@ -138,40 +214,31 @@ inline void quantize_activations(const float* x, std::size_t ldx, std::size_t m,
     out.dpad.assign(m * out.bpad, 0.0f);
     out.corr.resize(gemv_offset > 0 ? m * k / 4 : 0);
   }
-  for (std::size_t r = 0; r < m; ++r) {
-    for (std::size_t j = 0; j < out.blocks; ++j) {
-      const float* xb = x + r * ldx + 32 * j;
-      float amax = 0.0f;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-      std::int8_t q[32];
-      int s0 = 0, s1 = 0;
-      for (int i = 0; i < 32; ++i) {
-        // Round half away from zero; |x · inv| <= 127 (inv from the same amax).
-        const float v = xb[i] * inv;
-        const int c = static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f));
-        q[i] = static_cast<std::int8_t>(std::clamp(c, -127, 127));
-        (i < 16 ? s0 : s1) += q[i];
-      }
-      std::int8_t* dst = out.codes.data() + r * k + 32 * j;
-      for (int i = 0; i < 32; ++i) {
-        const std::int8_t c = pair_split ? q[i < 16 ? 2 * i : 2 * (i - 16) + 1] : q[i];
-        dst[i] = biased ? static_cast<std::int8_t>(static_cast<std::uint8_t>(c) ^ 0x80u) : c;
-      }
-      out.d[r * out.blocks + j] = d;
-      if (gemv_offset >= 0) out.dpad[r * out.bpad + j] = d;
-      if (gemv_offset > 0) {
-        for (int l = 0; l < 8; ++l) {
-          out.corr[(r * k + 32 * j) / 4 + l] =
-              -gemv_offset * (dst[4 * l] + dst[4 * l + 1] + dst[4 * l + 2] + dst[4 * l + 3]);
+  const auto rows = [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      for (std::size_t j = 0; j < out.blocks; ++j) {
+        int s0 = 0, s1 = 0;
+        std::int8_t* dst = out.codes.data() + r * k + 32 * j;
+        const float d = quantize_block(x + r * ldx + 32 * j, dst, pair_split, biased, s0, s1);
+        out.d[r * out.blocks + j] = d;
+        if (gemv_offset >= 0) out.dpad[r * out.bpad + j] = d;
+        if (gemv_offset > 0) {
+          for (int l = 0; l < 8; ++l) {
+            out.corr[(r * k + 32 * j) / 4 + l] =
+                -gemv_offset * (dst[4 * l] + dst[4 * l + 1] + dst[4 * l + 2] + dst[4 * l + 3]);
+          }
         }
+        const float a = d * static_cast<float>(s0), b = d * static_cast<float>(s1);
+        out.sums[(r * out.blocks + j) * 2] = a;
+        out.sums[(r * out.blocks + j) * 2 + 1] = b;
+        out.tot[r * out.blocks + j] = a + b;
       }
-      out.sums[(r * out.blocks + j) * 2] = d * static_cast<float>(s0);
-      out.sums[(r * out.blocks + j) * 2 + 1] = d * static_cast<float>(s1);
-      out.tot[r * out.blocks + j] =
-          out.sums[(r * out.blocks + j) * 2] + out.sums[(r * out.blocks + j) * 2 + 1];
     }
-  }
+  };
+  const std::size_t parts = m >= 64 ? std::min(m / 32, policy.concurrency()) : 1;
+  if (parts <= 1) return rows(0, m);
+  policy.parallel_for(
+      parts, [&](std::size_t p) { rows(chunk_begin(m, parts, p), chunk_begin(m, parts, p + 1)); });
 }
 
 // Whether the GEMV reads this format's int8 codes through the sign trick (no VNNI).
@@ -208,8 +275,8 @@ template <bool SignTrick, bool Corr>
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
 #if defined(NPULLM_QUANT_VNNI256)
   (void)w;
-  const __m256i c = Corr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr))
-                         : _mm256_setzero_si256();
+  const __m256i c =
+      Corr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr)) : _mm256_setzero_si256();
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   return _mm256_dpbusd_epi32(c, u, xv);
 #else
@@ -221,8 +288,8 @@ template <bool SignTrick, bool Corr>
   // saturation.
   if constexpr (SignTrick || !Corr) {
     (void)corr;
-    return _mm256_madd_epi16(
-        _mm256_maddubs_epi16(u, SignTrick ? _mm256_sign_epi8(xv, w) : xv), ones);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, SignTrick ? _mm256_sign_epi8(xv, w) : xv),
+                             ones);
   } else {
     return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones),
                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr)));
@@ -300,8 +367,9 @@ struct sym_scales {
     ss = size_of(w.scale_type);
     one = per == w.cols / 32;
     idx = one ? _mm256_setzero_si256()
-              : _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                  per == 1 ? 0 : per == 2 ? 1 : 2);
+              : _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), per == 1   ? 0
+                                                                             : per == 2 ? 1
+                                                                                        : 2);
     end = w.scales.data() + w.scales.size();
   }
 };
@@ -322,9 +390,8 @@ template <weight_format F>
     constexpr int bb = F == weight_format::q4_0 ? 18 : 34;
     const __m256i idx = _mm256_setr_epi32(0, bb, 2 * bb, 3 * bb, 4 * bb, 5 * bb, 6 * bb, 7 * bb);
     // Low 16 bits of each dword into the low 8 bytes of each 128-bit lane.
-    const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1,
-                                          -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1,
-                                          -1, -1);
+    const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
     const auto* base = reinterpret_cast<const int*>(row + bb * j);
     __m256i v;
     if (valid == 8) {
@@ -363,9 +430,8 @@ template <weight_format F>
 // Row n's prologue: S[m][j] = s_j · dx_j for the MR rows of x (q6_k: per half piece), and
 // off[m]: q4_k's min term Σ_j dmin · m_j · dx_j Σ codes_j (the other formats' offsets are in corr).
 template <weight_format F, std::size_t MR>
-[[gnu::always_inline]] inline void gemv_row_prologue(const quantized_view& w,
-                                                     const sym_scales& g, std::size_t n,
-                                                     const quantized_activations& a,
+[[gnu::always_inline]] inline void gemv_row_prologue(const quantized_view& w, const sym_scales& g,
+                                                     std::size_t n, const quantized_activations& a,
                                                      std::size_t m0, float* s, std::size_t ns,
                                                      float* off) noexcept {
   const std::size_t pieces = w.cols / 32, bpad = a.bpad;
@@ -388,8 +454,8 @@ template <weight_format F, std::size_t MR>
         const float* sm = sums + m * a.blocks * 2 + 2 * j;
         const __m256 h0 = _mm256_loadu_ps(sm), h1 = _mm256_loadu_ps(sm + 8);
         // (hadd within 128-bit lanes gives pieces 0 1 4 5 | 2 3 6 7: reorder the pairs)
-        const __m256 xs = _mm256_castpd_ps(
-            _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(h0, h1)), 0xD8));
+        const __m256 xs =
+            _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_hadd_ps(h0, h1)), 0xD8));
         o8[m] = _mm256_fmadd_ps(wm, xs, o8[m]);
       }
     }
@@ -413,7 +479,8 @@ template <weight_format F, std::size_t MR>
         const __m256 d8 = _mm256_loadu_ps(dx + m * bpad + j);  // dx of pieces j .. j + 7
         // dx per half: d0 d0 d1 d1 d2 d2 d3 d3 | d4 d4 .. d7 d7
         const __m256 lo = _mm256_unpacklo_ps(d8, d8), hi = _mm256_unpackhi_ps(d8, d8);
-        _mm256_store_ps(s + m * ns + 2 * j, _mm256_mul_ps(s0, _mm256_permute2f128_ps(lo, hi, 0x20)));
+        _mm256_store_ps(s + m * ns + 2 * j,
+                        _mm256_mul_ps(s0, _mm256_permute2f128_ps(lo, hi, 0x20)));
         _mm256_store_ps(s + m * ns + 2 * j + 8,
                         _mm256_mul_ps(s1, _mm256_permute2f128_ps(lo, hi, 0x31)));
       }
@@ -631,41 +698,39 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
         acc[m][0] = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
       }
       if (j < blocks) {  // the odd last piece, 256 bits wide
-        for_each_piece<F>(row + (F == weight_format::q4_0   ? 18
-                                 : F == weight_format::q8_0 ? 34
-                                 : F == weight_format::int4_sym ? 16
-                                                                : 32) *
-                                    j,
-                          1, [&](std::size_t, __m256i u, __m256i wv, auto) {
-                            NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-                              const __m256 dot = _mm256_cvtepi32_ps(
-                                  gemv_dot<false, true>(u, wv, xq + m * k + 32 * j,
-                                                        corr + (m * k + 32 * j) / 4));
-                              acc[m][1] = _mm256_fmadd_ps(
-                                  dot, _mm256_broadcast_ss(s + m * ns + j), acc[m][1]);
-                            }
-                          });
+        for_each_piece<F>(
+            row + (F == weight_format::q4_0       ? 18
+                   : F == weight_format::q8_0     ? 34
+                   : F == weight_format::int4_sym ? 16
+                                                  : 32) *
+                      j,
+            1, [&](std::size_t, __m256i u, __m256i wv, auto) {
+              NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+                const __m256 dot = _mm256_cvtepi32_ps(
+                    gemv_dot<false, true>(u, wv, xq + m * k + 32 * j, corr + (m * k + 32 * j) / 4));
+                acc[m][1] = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(s + m * ns + j), acc[m][1]);
+              }
+            });
       }
     } else
 #endif
-    for_each_piece<F>(w.data.data() + n * rb, blocks,
-                      [&](std::size_t j, __m256i u, __m256i wv, auto par) {
-                        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-                          const __m256 dot = _mm256_cvtepi32_ps(gemv_dot<sign_trick(F), dot_corr(F)>(
-                              u, wv, xq + m * k + 32 * j, corr + (m * k + 32 * j) / 4));
-                          __m256 sc;
-                          if constexpr (halves) {
-                            sc = _mm256_set_m128(_mm_broadcast_ss(s + m * ns + 2 * j + 1),
-                                                 _mm_broadcast_ss(s + m * ns + 2 * j));
-                          } else {
-                            sc = _mm256_broadcast_ss(s + m * ns + j);
-                          }
-                          acc[m][par] = _mm256_fmadd_ps(dot, sc, acc[m][par]);
-                        }
-                      });
+      for_each_piece<F>(
+          w.data.data() + n * rb, blocks, [&](std::size_t j, __m256i u, __m256i wv, auto par) {
+            NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+              const __m256 dot = _mm256_cvtepi32_ps(gemv_dot<sign_trick(F), dot_corr(F)>(
+                  u, wv, xq + m * k + 32 * j, corr + (m * k + 32 * j) / 4));
+              __m256 sc;
+              if constexpr (halves) {
+                sc = _mm256_set_m128(_mm_broadcast_ss(s + m * ns + 2 * j + 1),
+                                     _mm_broadcast_ss(s + m * ns + 2 * j));
+              } else {
+                sc = _mm256_broadcast_ss(s + m * ns + j);
+              }
+              acc[m][par] = _mm256_fmadd_ps(dot, sc, acc[m][par]);
+            }
+          });
     NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-      y[m * ldy + n] =
-          hsum(_mm256_add_ps(acc[m][0], acc[m][1])) - off[m] + (bias ? bias[n] : 0.0f);
+      y[m * ldy + n] = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) - off[m] + (bias ? bias[n] : 0.0f);
     }
   }
 }
@@ -1070,12 +1135,11 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
   thread_local quantized_activations act;
   const auto [split, biased] = activation_form(F, gemm_path);
 #if defined(__AVX2__)
-  const int gemv_offset =
-      gemm_path ? -1 : dot_corr(F) ? static_cast<int>(gemv_int_offset(F)) : 0;
+  const int gemv_offset = gemm_path ? -1 : dot_corr(F) ? static_cast<int>(gemv_int_offset(F)) : 0;
 #else
   const int gemv_offset = -1;
 #endif
-  quantize_activations(x, ldx, m, k, split, biased, act, gemv_offset);
+  quantize_activations(x, ldx, m, k, split, biased, act, gemv_offset, policy);
 #if defined(__AVX2__)
   const std::size_t unit = gemm_path ? panel_cols : 16;
 #else
@@ -1181,7 +1245,9 @@ struct packed_access {
     return {w.codes_.data() + i * pieces * 32 * P, w.start_.data() + i * pieces * 2 * P,
             w.scale_.data() + i * pieces * 2 * P, w.offset_.data() + i * pieces * P};
   }
-  static std::size_t panels(const packed_quantized& w) noexcept { return w.panels_; }
+  static std::size_t panels(const packed_quantized& w) noexcept {
+    return w.panels_;
+  }
 #endif
 };
 
@@ -1193,7 +1259,7 @@ void run_packed_gemm(const packed_quantized& w, const float* x, std::size_t ldx,
   const std::size_t n = w.rows(), k = w.cols();
   thread_local quantized_activations act;
   const auto [split, biased] = activation_form(F, true);
-  quantize_activations(x, ldx, m, k, split, biased, act);
+  quantize_activations(x, ldx, m, k, split, biased, act, -1, policy);
   const std::size_t units = packed_access::panels(w);
   const std::size_t parts = std::min(units, policy.concurrency() * 4);
   const quantized_activations& a = act;

@@ -31,11 +31,10 @@ void silu_mul(const tensor_view<const float, dextents<2>, GL>& gate,
     for (; i + simd::lanes <= n; i += simd::lanes) {
       const simd::f32x16 gv = simd::load(g + i);
       // silu(g) = g / (1 + exp(-g)); exp(-g) overflows to inf for g < -88: silu -> -0, fine.
+      // (g / (1 + e)) * u in that order, as the scalar tail computes it.
       const simd::f32x16 e = simd::exp(simd::sub(simd::zero(), gv));
-      alignas(64) float tmp[simd::lanes], ev[simd::lanes];
-      simd::store(tmp, gv);
-      simd::store(ev, e);
-      for (std::size_t j = 0; j < simd::lanes; ++j) o[i + j] = tmp[j] / (1.0f + ev[j]) * u[i + j];
+      const simd::f32x16 s = simd::div(gv, simd::add(simd::set1(1.0f), e));
+      simd::store(o + i, simd::mul(s, simd::load(u + i)));
     }
     for (; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
