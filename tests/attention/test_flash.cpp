@@ -7,12 +7,18 @@
 //                and max |flash - reference over the unrounded values| <= 2x the error of the
 //                same attention computed naively in that dtype (every product, sum, exp and
 //                division rounded to it). The figures are printed.
+// Logit soft-capping (attention_io::softcap, Gemma 2) is checked the same way against a double
+// reference that caps the scaled scores before the mask (softcapped_reference), with the
+// f32 tolerance widened by the cap (flash_case::tolerance).
 #include <gtest/gtest.h>
 
 #include "support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,12 +68,28 @@ struct flash_case {
   source_kind source;
   dtype_kind dtype;
   bool present;
+  float softcap = 0.0f;  // attention_io::softcap: > 0 caps the scaled scores at +-softcap
+  float q_gain = 1.0f;   // queries drawn from [-q_gain, q_gain] (large scores for the cap)
   std::string label() const {
+    char cap[48] = "";
+    if (softcap > 0) std::snprintf(cap, sizeof cap, " cap%g gain%g", softcap, q_gain);
     return "q" + std::to_string(q_len) + " past" + std::to_string(past_len) + " d" +
            std::to_string(dim) + " h" + std::to_string(q_heads) + "/" + std::to_string(kv_heads) +
-           " " + name(mask) + " " + name(source) + " " + name(dtype) + (present ? " +present" : "");
+           " " + name(mask) + " " + name(source) + " " + name(dtype) +
+           (present ? " +present" : "") + cap;
   }
   std::size_t total() const { return past_len + (present ? q_len : 0); }
+  // Largest max |flash - reference over the stored values| allowed: 1e-5, or 8 eps cap with a cap
+  // (eps = 2^-23; 4.8e-5 at cap 50). The cap test draws queries in proportion to the cap, so the
+  // scores, and the f32 dot products' error with them, grow with it (the tanh, of slope <= 1,
+  // passes that error on); the kernel's tanh, 1 - 2 / (exp(2s / cap) + 1) in f32, adds an
+  // absolute error of a few ulp of 1 times the cap. A score error e moves the output (values in
+  // [-1, 1]) by at most about 2e. Measured: at most 1.4 eps cap (native, avx2, x86-64), about the
+  // same with std::tanh in the kernel (the dot products dominate).
+  double tolerance() const {
+    constexpr double eps = std::numeric_limits<float>::epsilon();
+    return softcap > 0 ? std::max(1e-5, 8 * eps * static_cast<double>(softcap)) : 1e-5;
+  }
 };
 
 // Random inputs, and the KV as the kernel sees it (past rounded to the storage type).
@@ -86,7 +108,7 @@ inputs make_inputs(const flash_case& c, std::uint64_t seed) {
   inputs in{tensor<float, 3>(c.q_heads, c.q_len, c.dim), tensor<float, 3>(c.kv_heads, total, c.dim),
             tensor<float, 3>(c.kv_heads, total, c.dim),  tensor<float, 3>(c.kv_heads, total, c.dim),
             tensor<float, 3>(c.kv_heads, total, c.dim),  tensor<float, 2>(c.q_len, total)};
-  for (std::size_t i = 0; i < in.q.size(); ++i) in.q.data()[i] = u(rng);
+  for (std::size_t i = 0; i < in.q.size(); ++i) in.q.data()[i] = c.q_gain * u(rng);
   for (std::size_t h = 0; h < c.kv_heads; ++h) {
     for (std::size_t j = 0; j < total; ++j) {
       for (std::size_t d = 0; d < c.dim; ++d) {
@@ -152,8 +174,11 @@ void run_flash(const flash_case& c, const inputs& in, tensor<float, 3>& out, ten
       }
     }
   };
-  const attention_io io{in.q.view(), out.view(), lse.view(),
-                        1.0f / std::sqrt(static_cast<float>(c.dim))};
+  const attention_io io{.q = in.q.view(),
+                        .out = out.view(),
+                        .lse = lse.view(),
+                        .scale = 1.0f / std::sqrt(static_cast<float>(c.dim)),
+                        .softcap = c.softcap};
   const kv_tile<float>* pres = present ? &*present : nullptr;
   with_mask(c, in, [&](const auto& mask) {
     if (c.source == source_kind::contiguous || c.source == source_kind::split16) {
@@ -210,6 +235,7 @@ tensor<double, 3> naive_in_dtype(const flash_case& c, const inputs& in) {
             acc = r(acc + r(r(in.q.view()(h, i, d)) * r(in.k.view()(hk, j, d))));
           }
           s[j] = r(acc * scale);
+          if (c.softcap > 0) s[j] = r(c.softcap * r(std::tanh(s[j] / c.softcap)));
           m = std::max(m, s[j]);
         }
         if (m == -INFINITY) continue;
@@ -228,14 +254,63 @@ tensor<double, 3> naive_in_dtype(const flash_case& c, const inputs& in) {
   return out;
 }
 
+// reference_attention (attention/reference.hpp) with logit soft-capping, as
+// attention_io::softcap specifies it: each scaled score s becomes cap tanh(s / cap), then the
+// mask hides keys (-inf). cap 0 leaves the scores alone: then it is the header's loop, which
+// Flash.SoftcapReferenceWithoutCapIsTheReference checks.
+//   q, out (q_heads, q_len, D); k, v (kv_heads, kv_len, D); lse (q_heads, q_len)
+template <class Q, class K, class V, class Mask>
+void softcapped_reference(const Q& q, const K& k, const V& v, const Mask& mask, double scale,
+                          double cap, dense_view<double, 3> out, dense_view<double, 2> lse) {
+  const std::size_t q_heads = q.extent(0), q_len = q.extent(1), dim = q.extent(2);
+  const std::size_t kv_len = k.extent(1), group = q_heads / k.extent(0);
+  std::vector<double> s(kv_len);
+  for (std::size_t h = 0; h < q_heads; ++h) {
+    const std::size_t hk = h / group;
+    for (std::size_t i = 0; i < q_len; ++i) {
+      double m = -INFINITY;
+      for (std::size_t j = 0; j < kv_len; ++j) {
+        double dot = 0;
+        for (std::size_t d = 0; d < dim; ++d) {
+          dot += static_cast<double>(q(h, i, d)) * static_cast<double>(k(hk, j, d));
+        }
+        s[j] = dot * scale;
+        if (cap > 0) s[j] = cap * std::tanh(s[j] / cap);
+        if (!mask.visible(i, j)) s[j] = -INFINITY;
+        m = std::max(m, s[j]);
+      }
+      for (std::size_t d = 0; d < dim; ++d) out(h, i, d) = 0.0;
+      if (m == -INFINITY) {
+        lse(h, i) = m;
+        continue;
+      }
+      double l = 0;
+      for (std::size_t j = 0; j < kv_len; ++j) {
+        if (s[j] == -INFINITY) continue;
+        const double p = std::exp(s[j] - m);
+        l += p;
+        for (std::size_t d = 0; d < dim; ++d) out(h, i, d) += p * static_cast<double>(v(hk, j, d));
+      }
+      for (std::size_t d = 0; d < dim; ++d) out(h, i, d) /= l;
+      lse(h, i) = m + std::log(l);
+    }
+  }
+}
+
 tensor<double, 3> reference(const flash_case& c, const inputs& in, bool seen,
                             tensor<double, 2>* lse = nullptr) {
   tensor<double, 3> out(c.q_heads, c.q_len, c.dim);
   tensor<double, 2> l(c.q_heads, c.q_len);
   with_mask(c, in, [&](const auto& mask) {
-    reference_attention(in.q.view(), seen ? in.k_seen.view() : in.k.view(),
-                        seen ? in.v_seen.view() : in.v.view(), mask,
-                        1.0 / std::sqrt(static_cast<double>(c.dim)), out.view(), l.view());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
+    if (c.softcap > 0) {
+      softcapped_reference(in.q.view(), seen ? in.k_seen.view() : in.k.view(),
+                           seen ? in.v_seen.view() : in.v.view(), mask, scale, c.softcap,
+                           out.view(), l.view());
+    } else {
+      reference_attention(in.q.view(), seen ? in.k_seen.view() : in.k.view(),
+                          seen ? in.v_seen.view() : in.v.view(), mask, scale, out.view(), l.view());
+    }
   });
   if (lse) *lse = std::move(l);
   return out;
@@ -251,13 +326,16 @@ void check_case(const flash_case& c, std::uint64_t seed) {
   tensor<double, 2> ref_lse;
   const auto ref = reference(c, in, true, &ref_lse);
   const double err = max_abs_diff(out, ref);
-  EXPECT_LE(err, 1e-5) << "flash vs reference over the stored values";
+  EXPECT_LE(err, c.tolerance()) << "flash vs reference over the stored values";
+  if (c.softcap > 0) {
+    std::printf("  %-70s flash err %.2e (tolerance %.1e)\n", c.label().c_str(), err, c.tolerance());
+  }
   for (std::size_t i = 0; i < lse.size(); ++i) {
     const double want = ref_lse.data()[i];
     if (std::isinf(want)) {
       ASSERT_EQ(lse.data()[i], -INFINITY);
     } else {
-      ASSERT_NEAR(lse.data()[i], want, 1e-5 * std::max(1.0, std::fabs(want)));
+      ASSERT_NEAR(lse.data()[i], want, c.tolerance() * std::max(1.0, std::fabs(want)));
     }
   }
   if constexpr (!std::is_same_v<T, float>) {
@@ -435,6 +513,80 @@ TEST(Flash, ExtremeLogitsStayFinite) {
     ASSERT_NEAR(out.data()[i], ref.data()[i], 2e-3);
   }
   for (std::size_t i = 0; i < lse.size(); ++i) ASSERT_TRUE(std::isfinite(lse.data()[i]));
+}
+
+// Gemma 2's attention logit soft-capping: flash with attention_io::softcap against the double
+// reference that caps the scaled scores before the mask, caps 2 (strong) and 50 (Gemma 2's),
+// causal and sliding-window masks, query lengths 1 (decode; 700 past keys: split into parts),
+// 17 and 37 (prefill) after past keys, with the present tile. Head shapes rotate over 8/4 with
+// D 256 (Gemma 2 2B), 14/2 and 16/8 (GQA: K transposed, rows in blocks) and 8/8 (MHA: one row
+// per KV head in decode, the dot-product path); sources and dtypes rotate too. Queries are drawn
+// from [-1.5 cap, 1.5 cap], so the scaled scores have a spread of about cap / 2 and reach ~3 cap:
+// the cap bends or saturates many of them. The result without the cap must differ by far more
+// than the tolerance (a kernel ignoring the cap fails).
+TEST(Flash, SoftcapMatchesReference) {
+  struct heads {
+    std::size_t dim, q_heads, kv_heads;
+  };
+  const heads shapes[] = {{256, 8, 4}, {64, 14, 2}, {64, 8, 8}, {128, 16, 8}};
+  const source_kind sources[] = {source_kind::contiguous, source_kind::block16,
+                                 source_kind::split16, source_kind::block1};
+  std::size_t idx = 0;
+  for (float cap : {2.0f, 50.0f}) {
+    for (mask_kind mask : {mask_kind::causal, mask_kind::window}) {
+      for (std::size_t q_len : {1u, 17u, 37u}) {
+        const heads h = shapes[idx % std::size(shapes)];
+        const std::size_t past = q_len == 1 ? 700 : (q_len == 17 ? 37 : 300);
+        const flash_case c{q_len,
+                           past,
+                           h.dim,
+                           h.q_heads,
+                           h.kv_heads,
+                           mask,
+                           sources[idx % std::size(sources)],
+                           static_cast<dtype_kind>(idx % 3),
+                           true,
+                           cap,
+                           1.5f * cap};
+        check(c, idx + 200);
+        // Without the cap, the same inputs (f32 KV): far from the capped result.
+        const inputs in = make_inputs<float>(c, idx + 200);
+        tensor<float, 3> capped(c.q_heads, c.q_len, c.dim), plain(c.q_heads, c.q_len, c.dim);
+        tensor<float, 2> lse(c.q_heads, c.q_len);
+        run_flash<float>(c, in, capped, lse);
+        flash_case uncapped = c;
+        uncapped.softcap = 0;
+        run_flash<float>(uncapped, in, plain, lse);
+        double diff = 0;
+        for (std::size_t i = 0; i < capped.size(); ++i)
+          diff = std::max<double>(diff, std::fabs(capped.data()[i] - plain.data()[i]));
+        EXPECT_GT(diff, 100 * c.tolerance()) << c.label() << ": the cap changed nothing";
+        std::printf("  %-70s without the cap: max |diff| %.2e\n", c.label().c_str(), diff);
+        ++idx;
+      }
+    }
+  }
+}
+
+// The soft-capping reference without a cap is reference_attention's loop (same results), so
+// the cap is the only thing it adds.
+TEST(Flash, SoftcapReferenceWithoutCapIsTheReference) {
+  for (mask_kind mask : {mask_kind::causal, mask_kind::window, mask_kind::explicit_bias}) {
+    const flash_case c{17,   37, 64, 14, 2, mask, source_kind::contiguous, dtype_kind::f32,
+                       true, 0,  3};
+    const inputs in = make_inputs<float>(c, 7);
+    const auto want = reference(c, in, false);
+    tensor<double, 3> got(c.q_heads, c.q_len, c.dim);
+    tensor<double, 2> lse(c.q_heads, c.q_len);
+    with_mask(c, in, [&](const auto& m) {
+      softcapped_reference(in.q.view(), in.k.view(), in.v.view(), m,
+                           1.0 / std::sqrt(static_cast<double>(c.dim)), 0.0, got.view(),
+                           lse.view());
+    });
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got.data()[i], want.data()[i], 1e-12) << name(mask) << " at " << i;
+    }
+  }
 }
 
 TEST(Flash, LongDecodeMatchesReference) {
