@@ -637,6 +637,17 @@ TEST(Flash, BadInputNamesTheShapes) {
         flash_attention(attention_io{q.view(), out.view()}, ok, 0, &short_present, no_mask{});
       },
       error_code::invalid_shape, "present tile has 1 keys for 2 queries");
+  // softcap: 0 is off; otherwise finite and > 0 (out untouched when refused).
+  ok.append(5);
+  for (float cap :
+       {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = 7.0f;
+    attention_io io{q.view(), out.view()};
+    io.softcap = cap;
+    expect_error([&] { flash_attention(io, ok, 0, none, no_mask{}); }, error_code::invalid_argument,
+                 "must be 0 (off) or finite and > 0");
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out.data()[i], 7.0f);
+  }
 }
 
 }  // namespace

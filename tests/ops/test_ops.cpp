@@ -293,7 +293,8 @@ TEST(Softcap, MatchesDoubleLoop) {
 
 // cap <= 0 or NaN: invalid_argument, v untouched.
 TEST(Softcap, BadCapLeavesValuesUnchanged) {
-  for (float cap : {0.0f, -0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN()}) {
+  for (float cap : {0.0f, -0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
     std::vector<float> v(17);
     fill(v.data(), v.size(), 19, -100, 100);
     const std::vector<float> before = v;
@@ -302,7 +303,8 @@ TEST(Softcap, BadCapLeavesValuesUnchanged) {
       FAIL() << "cap " << cap;
     } catch (const error& e) {
       EXPECT_EQ(e.code(), error_code::invalid_argument);
-      EXPECT_NE(std::string(e.what()).find("must be > 0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("must be finite and > 0"), std::string::npos)
+          << e.what();
     }
     EXPECT_EQ(v, before) << "cap " << cap;
   }

@@ -85,7 +85,7 @@ struct attention_io {
   float scale = 1.0f;
   flash_stats* stats = nullptr;  // optional: what the call read (no cost when null)
   // > 0: logit soft-capping (Gemma 2): s = softcap tanh(s / softcap) on the scaled scores,
-  // before the mask.
+  // before the mask. 0: off. Negative or non-finite values are refused (invalid_argument).
   float softcap = 0.0f;
 };
 
@@ -457,6 +457,10 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
   if (q_len != 0 && first_visible < kv_first) {
     raise(error_code::invalid_argument, "flash_attention: the KV starts at position ", kv_first,
           " (the keys before it are gone) but the mask lets query 0 see keys from ", first_visible);
+  }
+  if (io.softcap != 0.0f && !(io.softcap > 0.0f && std::isfinite(io.softcap))) {
+    raise(error_code::invalid_argument, "flash_attention: softcap ", io.softcap,
+          " must be 0 (off) or finite and > 0");
   }
   if (q_len == 0 || q_heads == 0) return;
   if (kv_heads == 0) {  // no keys at all: every row is empty

@@ -52,9 +52,11 @@ inline void gelu_tanh_mul(dense_view<const float, 2> gate, dense_view<const floa
   }
 }
 
-// v = cap * tanh(v / cap), in place; cap > 0.
+// v = cap * tanh(v / cap), in place; cap finite and > 0 (an infinite cap would give inf · 0).
 inline void softcap(std::span<float> v, float cap) {
-  if (!(cap > 0.0f)) raise(error_code::invalid_argument, "softcap: cap ", cap, " must be > 0");
+  if (!(cap > 0.0f && std::isfinite(cap))) {
+    raise(error_code::invalid_argument, "softcap: cap ", cap, " must be finite and > 0");
+  }
   for (float& x : v) x = cap * std::tanh(x / cap);
 }
 
