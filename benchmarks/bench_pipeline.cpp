@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -60,9 +61,10 @@ double body_params(const npullm::model::model_config& c) {
 template <class W>
 using lm_type = causal_lm<pipeline_config<block_kv<npullm::bfloat16, 16>, dynamic_attention<>, W>>;
 
-template <class W>
-void prefill_benchmark(benchmark::State& state, std::size_t threads) {
-  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+// Seconds per 512-token prefill (last-row logits) and its useful operations: 2 x matmul weights
+// x tokens + causal attention + the LM head on the last row.
+template <class Lm>
+std::pair<double, double> timed_prefill(benchmark::State& state, Lm& lm) {
   const auto& c = lm.config();
   const auto ids = tokens(512, c.vocab_size);
   const double seconds = nb::timed_loop(state, [&] {
@@ -73,9 +75,15 @@ void prefill_benchmark(benchmark::State& state, std::size_t threads) {
   const double attention =
       4.0 * static_cast<double>(c.head_dim * c.num_attention_heads * c.num_hidden_layers) * n *
       (n + 1) / 2;
-  const double flops = 2.0 * body_params(c) * n + attention +
-                       2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
   state.counters["tokens_per_s"] = n / seconds;
+  return {seconds, 2.0 * body_params(c) * n + attention +
+                       2.0 * static_cast<double>(c.vocab_size * c.hidden_size)};
+}
+
+template <class W>
+void prefill_benchmark(benchmark::State& state, std::size_t threads) {
+  lm_type<W> lm(model_dir<W>(), {.max_sequence = 1024, .pool = &pool_for(threads)});
+  const auto [seconds, flops] = timed_prefill(state, lm);
   nb::set_flops_counters(state, flops, seconds, threads, std::is_same_v<W, npullm::bfloat16>);
 }
 
@@ -162,25 +170,13 @@ void quantized_decode_benchmark(benchmark::State& state, std::size_t threads, st
 void quantized_prefill_benchmark(benchmark::State& state, std::size_t threads, std::string format,
                                  bool packed) {
   const auto w = quantized_weights(format);
-  lm_type<npullm::bfloat16> lm(
-      w, {.max_sequence = 1024,
-          .pool = &pool_for(threads),
-          .packing = packed ? npullm::model::weight_packing::on : npullm::model::weight_packing::off});
-  const auto& c = lm.config();
-  const auto ids = tokens(512, c.vocab_size);
-  const double seconds = nb::timed_loop(state, [&] {
-    lm.reset();
-    benchmark::DoNotOptimize(lm.prefill(ids).logits.data());
-  });
-  const double n = 512;
-  const double attention =
-      4.0 * static_cast<double>(c.head_dim * c.num_attention_heads * c.num_hidden_layers) * n *
-      (n + 1) / 2;
-  const double ops = 2.0 * body_params(c) * n + attention +
-                     2.0 * static_cast<double>(c.vocab_size * c.hidden_size);
+  lm_type<npullm::bfloat16> lm(w, {.max_sequence = 1024,
+                                   .pool = &pool_for(threads),
+                                   .packing = packed ? npullm::model::weight_packing::on
+                                                     : npullm::model::weight_packing::off});
+  const auto [seconds, ops] = timed_prefill(state, lm);
   const double gops = ops / seconds / 1e9;
   const auto& m = nb::limits_for(threads);
-  state.counters["tokens_per_s"] = n / seconds;
   state.counters["GOPs"] = gops;
   state.counters["pct_peak"] = 100.0 * gops / (m.int8_gops > 0 ? m.int8_gops : m.fma_gflops);
   state.counters["packed_MB"] = static_cast<double>(lm.packed_bytes()) / 1e6;
