@@ -509,9 +509,7 @@ class causal_lm {
       }
     }
   }
-  // Quantized projections are packed only when asked (weight_packing::on): their panels take
-  // about 1.6 bytes per weight beside the 0.56 (q4_0) to 1.06 (q8_0) of the blocks, which stay
-  // for decode, for prefill GEMMs about 1.2x faster than decoding W's blocks per call.
+  // Quantized projections are packed only by weight_packing::on (why: see weight_packing).
   [[nodiscard]] bool packs_quantized_weights() const noexcept {
     if constexpr (backend_type::device_memory) {
       return false;
