@@ -40,16 +40,18 @@
 #include "npullm/ops/silu_mul.hpp"
 #include "npullm/ops/softmax.hpp"
 
+#include "npullm/io/gguf.hpp"
+#include "npullm/io/gguf_writer.hpp"
+#include "npullm/io/quantized_safetensors.hpp"
+#include "npullm/io/safetensors.hpp"
+
 #include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/decoder_layer.hpp"
-#include "npullm/model/gguf.hpp"
 #include "npullm/model/gguf_model.hpp"
-#include "npullm/model/gguf_writer.hpp"
 #include "npullm/model/medusa_head.hpp"
 #include "npullm/model/pipeline_config.hpp"
 #include "npullm/model/quantized_io.hpp"
-#include "npullm/model/safetensors.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/model/weights.hpp"
 

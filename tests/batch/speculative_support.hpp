@@ -21,7 +21,7 @@
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/medusa_head.hpp"
-#include "npullm/model/safetensors.hpp"
+#include "npullm/io/safetensors.hpp"
 #include "support.hpp"
 
 namespace npullm::testing {
@@ -171,9 +171,9 @@ double kv_difference(const Cache& a, const Cache& b, std::size_t layers, std::si
 
 // Medusa heads over a model directory's final norm and LM head, w_i random N(0, scale^2).
 struct medusa_fixture {
-  model::safetensors_model file;
+  npullm::io::safetensors_model file;
   model::medusa_head<float> head;
-  static model::medusa_head<float> make(const model::safetensors_model& f,
+  static model::medusa_head<float> make(const npullm::io::safetensors_model& f,
                                         const model::model_config& c, std::size_t heads,
                                         float scale, std::uint64_t seed) {
     std::vector<tensor<float, 2>> w;
@@ -199,7 +199,7 @@ struct medusa_fixture {
   }
   medusa_fixture(const std::filesystem::path& dir, std::size_t heads, float scale,
                  std::uint64_t seed)
-      : file(model::safetensors_model::open(dir)),
+      : file(npullm::io::safetensors_model::open(dir)),
         head(make(file, model::load_config(dir), heads, scale, seed)) {}
 };
 

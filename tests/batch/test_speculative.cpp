@@ -327,7 +327,7 @@ TEST(Speculative, BadArgumentsLeaveTheTargetAsItWas) {
   expect_error([&] { speculative_generate(target, too_many, p, 5, 2); },
                error_code::invalid_argument, "the draft proposed 3 tokens; 2 were asked for");
   // Medusa heads of the wrong shapes.
-  model::safetensors_model f = model::safetensors_model::open(target_dir());
+  npullm::io::safetensors_model f = npullm::io::safetensors_model::open(target_dir());
   std::vector<tensor<float, 2>> w;
   w.emplace_back(128, 64);
   expect_error(

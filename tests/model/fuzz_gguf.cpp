@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "npullm/model/gguf.hpp"
+#include "npullm/io/gguf.hpp"
 
 namespace npullm_fuzz_gguf {
 
@@ -26,9 +26,9 @@ inline void require(bool ok, const char* what) {
   if (!ok) throw violation(what);
 }
 
-inline void walk(const npullm::model::gguf_array& a, std::span<const std::byte> image,
+inline void walk(const npullm::io::gguf_array& a, std::span<const std::byte> image,
                  std::size_t& touched) {
-  using npullm::model::gguf_type;
+  using npullm::io::gguf_type;
   const auto* lo = image.data();
   const auto* hi = image.data() + image.size();
   const auto raw = a.raw();
@@ -45,7 +45,7 @@ inline void walk(const npullm::model::gguf_array& a, std::span<const std::byte> 
     require(a.arrays().size() == a.size(), "nested array size");
     for (const auto& e : a.arrays()) walk(e, image, touched);
   } else {
-    require(raw.size() == a.size() * npullm::model::gguf_type_size(a.type()), "array byte size");
+    require(raw.size() == a.size() * npullm::io::gguf_type_size(a.type()), "array byte size");
     std::size_t n = 0;
     switch (a.type()) {
       case gguf_type::uint8: n = a.to_vector<std::uint8_t>().size(); break;
@@ -68,7 +68,7 @@ inline void walk(const npullm::model::gguf_array& a, std::span<const std::byte> 
 
 // Parses one image and checks what comes back.
 inline void run_one(std::span<const std::byte> bytes) {
-  using namespace npullm::model;
+  using namespace npullm::io;
   std::optional<gguf_header> parsed;
   try {
     parsed.emplace(parse_gguf(bytes, "fuzz"));

@@ -4,12 +4,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "npullm/model/safetensors.hpp"
+#include "npullm/io/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   try {
-    const auto h = npullm::model::parse_safetensors_header(bytes, "fuzz");
+    const auto h = npullm::io::parse_safetensors_header(bytes, "fuzz");
     for (const auto& [name, t] : h.tensors) {
       if (t.end > size - h.data_offset || t.begin > t.end) __builtin_trap();  // the checks held
     }

@@ -20,6 +20,7 @@ namespace {
 
 using namespace npullm;
 using namespace npullm::model;
+using namespace npullm::io;
 using npullm::testing::expect_error;
 namespace fs = std::filesystem;
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "npullm/model/gguf.hpp"
-#include "npullm/model/gguf_writer.hpp"
+#include "npullm/io/gguf.hpp"
+#include "npullm/io/gguf_writer.hpp"
 
 #define NPULLM_GGUF_FUZZ_NO_ENTRY
 #include "model/fuzz_gguf.cpp"
@@ -24,7 +24,7 @@
 namespace {
 
 using namespace npullm;
-using namespace npullm::model;
+using namespace npullm::io;
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {

@@ -24,7 +24,7 @@
 
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/gguf_model.hpp"
-#include "npullm/model/gguf_writer.hpp"
+#include "npullm/io/gguf_writer.hpp"
 #include "npullm/model/quantized_io.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/ops/quant.hpp"
@@ -405,17 +405,17 @@ std::vector<std::byte> quantize_q6_k(const float* x, std::size_t n, std::size_t 
 // `type` (embedding / LM head in `head_type`), norms F32, Llama's Q/K permuted as llama.cpp does.
 // `edit` may change the writer's input (refusal tests).
 struct gguf_spec {
-  npullm::model::ggml_type type = npullm::model::ggml_type::q8_0;
-  npullm::model::ggml_type head_type = npullm::model::ggml_type::q8_0;
+  npullm::io::ggml_type type = npullm::io::ggml_type::q8_0;
+  npullm::io::ggml_type head_type = npullm::io::ggml_type::q8_0;
   std::string arch = {};        // empty: the model's family
   std::string bad_tensor = {};  // written with a wrong shape
 };
 
 fs::path write_gguf(const fs::path& dir, const fs::path& path, const gguf_spec& spec) {
-  using npullm::model::ggml_type;
+  using npullm::io::ggml_type;
   const auto c = model::load_config(dir);
-  const auto file = model::safetensors_model::open(dir);
-  model::gguf_writer g;
+  const auto file = npullm::io::safetensors_model::open(dir);
+  npullm::io::gguf_writer g;
   const std::string arch = spec.arch.empty() ? std::string(model::to_string(c.family)) : spec.arch;
   const std::string p = arch + ".";
   g.add("general.architecture", arch);
@@ -468,8 +468,8 @@ fs::path write_gguf(const fs::path& dir, const fs::path& path, const gguf_spec& 
       case ggml_type::q4_k: bytes = quantize_q4_k(x, n, k); break;
       case ggml_type::q6_k: bytes = quantize_q6_k(x, n, k); break;
       default:  // a type the pipeline cannot run: bytes of the right size
-        bytes.resize(n * k / npullm::model::ggml_traits(t).block_size *
-                     npullm::model::ggml_traits(t).block_bytes);
+        bytes.resize(n * k / npullm::io::ggml_traits(t).block_size *
+                     npullm::io::ggml_traits(t).block_bytes);
     }
     if (model::gguf_rows_permuted(c.family, name)) {
       const std::size_t heads =
@@ -501,7 +501,7 @@ TEST(gguf_model, llama_permutation_round_trip_gives_the_unpermuted_model) {
     const fs::path dir = tiny_dir(preset);
     const fs::path path =
         write_gguf(dir, scratch(std::string(preset) + "_f32.gguf"),
-                   {npullm::model::ggml_type::f32, npullm::model::ggml_type::f32});
+                   {npullm::io::ggml_type::f32, npullm::io::ggml_type::f32});
     const auto g = model_weights<float>::load_gguf(path);
     const auto st = model_weights<float>::load(dir);
     EXPECT_EQ(g->config().family, st->config().family);
@@ -525,8 +525,8 @@ TEST(gguf_model, permuted_file_without_undoing_differs) {
   // The permutation matters: a llama file read as qwen2-style (no un-permutation) gives other
   // q rows. (Guards against a test that would pass with the permutation a no-op.)
   const fs::path path = write_gguf(tiny_dir("tiny-llama"), scratch("llama_f32b.gguf"),
-                                   {npullm::model::ggml_type::f32, npullm::model::ggml_type::f32});
-  const auto file = npullm::model::gguf_file::open(path);
+                                   {npullm::io::ggml_type::f32, npullm::io::ggml_type::f32});
+  const auto file = npullm::io::gguf_file::open(path);
   const auto stored = file->view<float, 2>("blk.0.attn_q.weight");
   const auto st = model_weights<float>::load(tiny_dir("tiny-llama"));
   EXPECT_NE(std::memcmp(&stored(1, 0), &st->layers[0].q.w(1, 0), stored.extent(1) * 4), 0);
@@ -535,7 +535,7 @@ TEST(gguf_model, permuted_file_without_undoing_differs) {
 
 struct gguf_case {
   std::string preset;
-  npullm::model::ggml_type type, head_type;
+  npullm::io::ggml_type type, head_type;
   std::string label;
 };
 
@@ -554,11 +554,11 @@ TEST_P(gguf_formats, loads_and_matches_the_dequantized_reference) {
   const auto ref = model_weights<float>::load(write_dequantized(*w, "gguf_" + p.preset + p.label));
   expect_close_to_reference(logits(w), logits(ref), p.preset + " gguf " + p.label);
   // Zero-copy: an unpermuted quantized tensor points into the file's mapping.
-  const auto file = npullm::model::gguf_file::open(path);
+  const auto file = npullm::io::gguf_file::open(path);
   EXPECT_EQ(w->layers[0].up.quantized->data.size(), file->bytes("blk.0.ffn_up.weight").size());
 }
 
-using gt = npullm::model::ggml_type;
+using gt = npullm::io::ggml_type;
 INSTANTIATE_TEST_SUITE_P(types, gguf_formats,
                          ::testing::Values(gguf_case{"tiny", gt::q8_0, gt::q8_0, "q8_0"},
                                            gguf_case{"tiny-llama", gt::q8_0, gt::q8_0, "q8_0"},

@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "npullm/model/synthetic.hpp"
-#include "npullm/model/safetensors.hpp"
+#include "npullm/io/safetensors.hpp"
 
 namespace {
 
 using namespace npullm;
 using namespace npullm::model;
+using namespace npullm::io;
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {

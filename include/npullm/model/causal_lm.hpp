@@ -56,7 +56,7 @@
 #include "npullm/model/config.hpp"
 #include "npullm/model/decoder_layer.hpp"
 #include "npullm/model/pipeline_config.hpp"
-#include "npullm/model/safetensors.hpp"
+#include "npullm/io/safetensors.hpp"
 #include "npullm/model/weights.hpp"
 #include "npullm/npu/host.hpp"
 #include "npullm/ops/gather.hpp"

@@ -32,29 +32,29 @@
 
 #include "npullm/core/error.hpp"
 #include "npullm/model/config.hpp"
-#include "npullm/model/gguf.hpp"
+#include "npullm/io/gguf.hpp"
 #include "npullm/ops/quant.hpp"
 
 namespace npullm::model {
 
 // The quantized format of a GGUF tensor type the pipeline runs.
-constexpr std::optional<ops::weight_format> gguf_weight_format(ggml_type t) noexcept {
+constexpr std::optional<ops::weight_format> gguf_weight_format(io::ggml_type t) noexcept {
   switch (t) {
-    case ggml_type::q8_0: return ops::weight_format::q8_0;
-    case ggml_type::q4_0: return ops::weight_format::q4_0;
-    case ggml_type::q4_k: return ops::weight_format::q4_k;
-    case ggml_type::q6_k: return ops::weight_format::q6_k;
+    case io::ggml_type::q8_0: return ops::weight_format::q8_0;
+    case io::ggml_type::q4_0: return ops::weight_format::q4_0;
+    case io::ggml_type::q4_k: return ops::weight_format::q4_k;
+    case io::ggml_type::q6_k: return ops::weight_format::q6_k;
     default: return std::nullopt;
   }
 }
 
 // The GGUF type of a block format (the symmetric formats have none).
-constexpr std::optional<ggml_type> ggml_type_of(ops::weight_format f) noexcept {
+constexpr std::optional<io::ggml_type> ggml_type_of(ops::weight_format f) noexcept {
   switch (f) {
-    case ops::weight_format::q8_0: return ggml_type::q8_0;
-    case ops::weight_format::q4_0: return ggml_type::q4_0;
-    case ops::weight_format::q4_k: return ggml_type::q4_k;
-    case ops::weight_format::q6_k: return ggml_type::q6_k;
+    case ops::weight_format::q8_0: return io::ggml_type::q8_0;
+    case ops::weight_format::q4_0: return io::ggml_type::q4_0;
+    case ops::weight_format::q4_k: return io::ggml_type::q4_k;
+    case ops::weight_format::q6_k: return io::ggml_type::q6_k;
     default: return std::nullopt;
   }
 }
@@ -108,7 +108,7 @@ inline bool gguf_rows_permuted(model_family f, std::string_view hf) {
          ends("self_attn.k_proj.weight") || ends("self_attn.k_proj.bias");
 }
 
-inline model_config gguf_model_config(const gguf_file& f) {
+inline model_config gguf_model_config(const io::gguf_file& f) {
   const std::string file = f.path();
   auto refuse = [&](const auto&... args) {
     raise(error_code::unsupported, "GGUF ", file, ": ", args...);
@@ -172,7 +172,7 @@ inline model_config gguf_model_config(const gguf_file& f) {
   if (const auto e = f.find_uint(p + "expert_count"); e && *e > 0) {
     refuse(p, "expert_count ", *e, " (mixture of experts)");
   }
-  const gguf_tensor_info& embd = f.info("token_embd.weight");
+  const io::gguf_tensor_info& embd = f.info("token_embd.weight");
   const auto shape = embd.shape();
   if (shape.size() != 2 || shape[1] != c.hidden_size) {
     raise(error_code::corrupt_data, "GGUF ", file, ": token_embd.weight has shape ",

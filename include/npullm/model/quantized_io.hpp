@@ -5,13 +5,8 @@
 //   save_safetensors(*w, "out-dir");   // config.json + model.safetensors, read by load("out-dir")
 //   save_gguf(*w, "model.gguf");       // llama.cpp's layout: q8_0 / q4_0 / dense matrices
 //
-// Quantized safetensors naming (read back by model_weights::load, zero-copy):
-//   <name>          the codes: int8_sym: I8 (N, K); int4_sym: U8 (N, ceil(K / 2)), two codes
-//                   a byte, low nibble first; q8_0 / q4_0 / q4_k / q6_k: U8 (N, row bytes),
-//                   the GGUF blocks. Bit layouts: ops/quant.hpp.
-//   <name>.scales   *_sym only: F16 or F32 (N, K / group)
-//   __metadata__["npullm.quantized.<name>"] = "<format> <N> <K>" (GGUF formats) or
-//                   "<format> <N> <K> <group> <f16|f32>" (*_sym), e.g. "int4_sym 896 4864 128 f16"
+// Quantized matrices are named as io/quantized_safetensors.hpp says (read back by
+// model_weights::load, zero-copy).
 // Dense tensors keep their names and W's dtype; biases are written in W (they came from W).
 // Tensors are ordered F32, then 16-bit, then bytes, so each lies aligned with no gaps.
 //
@@ -34,7 +29,8 @@
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/model/gguf_model.hpp"
-#include "npullm/model/gguf_writer.hpp"
+#include "npullm/io/gguf_writer.hpp"
+#include "npullm/io/quantized_safetensors.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/model/weights.hpp"
 
@@ -123,17 +119,14 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
   for (const auto& t : detail::named_tensors(w, "save_safetensors")) {
     if (t.matrix != nullptr && t.matrix->quantized) {
       const ops::quantized_view& q = *t.matrix->quantized;
-      std::string m = std::string(ops::to_string(q.format)) + " " + std::to_string(q.rows) + " " +
-                      std::to_string(q.cols);
       const bool i8 = q.format == ops::weight_format::int8_sym;
       entries.push_back({t.name, i8 ? "I8" : "U8", {q.rows, q.row_bytes()}, q.data, 2});
       if (!ops::is_block_format(q.format)) {
-        m += " " + std::to_string(q.group) + " " + std::string(to_string(q.scale_type));
         const bool f16 = q.scale_type == npullm::dtype::f16;
         entries.push_back(
             {t.name + ".scales", f16 ? "F16" : "F32", {q.rows, q.groups()}, q.scales, f16 ? 1 : 0});
       }
-      meta[detail::quantized_metadata_key(t.name)] = m;
+      meta[io::quantized_metadata_key(t.name)] = io::quantized_metadata(q);
     } else if (t.matrix != nullptr) {
       const auto& v = t.matrix->w;
       entries.push_back({t.name,
@@ -217,7 +210,7 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
   }
   const std::string arch(to_string(c.family));
   const std::string p = arch + ".";
-  gguf_writer g;
+  io::gguf_writer g;
   g.add("general.architecture", arch);
   g.add("general.name", "npullm_quantize");
   g.add(p + "block_count", static_cast<std::uint32_t>(c.num_hidden_layers));
@@ -242,7 +235,7 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
     const std::string name = gguf_tensor_name(t.name);
     if (t.matrix != nullptr) {
       const projection<W>& m = *t.matrix;
-      ggml_type type;
+      io::ggml_type type;
       std::span<const std::byte> bytes;
       std::size_t rb;
       if (m.quantized) {
@@ -256,9 +249,9 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
         bytes = m.quantized->data;
         rb = m.quantized->row_bytes();
       } else {
-        type = dtype_of<W> == npullm::dtype::f32   ? ggml_type::f32
-               : dtype_of<W> == npullm::dtype::f16 ? ggml_type::f16
-                                                   : ggml_type::bf16;
+        type = dtype_of<W> == npullm::dtype::f32   ? io::ggml_type::f32
+               : dtype_of<W> == npullm::dtype::f16 ? io::ggml_type::f16
+                                                   : io::ggml_type::bf16;
         bytes = detail::as_bytes_of(m.w.data_handle(), m.w.size() * sizeof(W));
         rb = m.cols() * sizeof(W);
       }
@@ -279,7 +272,7 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
       const float x = t.bias.empty() ? to_float(t.vector(i)) : t.bias[i];
       std::memcpy(out.data() + dst_row(t.name, i) * 4, &x, 4);
     }
-    g.add_tensor(name, ggml_type::f32, {n}, std::move(out));
+    g.add_tensor(name, io::ggml_type::f32, {n}, std::move(out));
   }
   g.write(path);
 }

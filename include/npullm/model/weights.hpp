@@ -34,9 +34,10 @@
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
 #include "npullm/model/config.hpp"
-#include "npullm/model/gguf.hpp"
+#include "npullm/io/gguf.hpp"
+#include "npullm/io/quantized_safetensors.hpp"
 #include "npullm/model/gguf_model.hpp"
-#include "npullm/model/safetensors.hpp"
+#include "npullm/io/safetensors.hpp"
 #include "npullm/ops/gather.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/quant.hpp"
@@ -174,11 +175,6 @@ ops::quantized_view quantize_matrix(dense_view<const W, 2> w, const quantization
   return ops::quantized_view(q.format, n, k, out.data, out.scales, group, q.scale_type);
 }
 
-// The safetensors __metadata__ key that marks tensor `name` as quantized (npullm_quantize).
-inline std::string quantized_metadata_key(std::string_view name) {
-  return "npullm.quantized." + std::string(name);
-}
-
 }  // namespace detail
 
 // One decoder layer's weights (views). Which are present depends on the family (config.hpp):
@@ -215,7 +211,7 @@ class model_weights {
   static std::shared_ptr<const model_weights> load(const std::filesystem::path& dir,
                                                    const load_options& options = {}) {
     std::shared_ptr<model_weights> w(new model_weights(load_config(dir)));
-    w->file_ = std::make_shared<const safetensors_model>(safetensors_model::open(dir));
+    w->file_ = std::make_shared<const io::safetensors_model>(io::safetensors_model::open(dir));
     w->bind(
         [&](const std::string& name, std::size_t n) { return w->template mapped<1>(name, {n}); },
         [&](const std::string& name, std::size_t rows, std::size_t cols, matrix_role role) {
@@ -237,12 +233,12 @@ class model_weights {
   // front, naming it and its type (unsupported); a missing tensor or a shape other than the
   // hyperparameters imply is corrupt_data.
   static std::shared_ptr<const model_weights> load_gguf(const std::filesystem::path& path) {
-    std::shared_ptr<const gguf_file> file = gguf_file::open(path);
+    std::shared_ptr<const io::gguf_file> file = io::gguf_file::open(path);
     const model_config config = gguf_model_config(*file);
-    for (const gguf_tensor_info& t : file->tensors()) {
-      if (!ggml_storage(t.type) && !gguf_weight_format(t.type)) {
+    for (const io::gguf_tensor_info& t : file->tensors()) {
+      if (!io::ggml_storage(t.type) && !gguf_weight_format(t.type)) {
         raise(error_code::unsupported, "GGUF ", file->path(), ": tensor '",
-              detail::gguf_printable(t.name), "' is ", ggml_type_name(t.type),
+              io::detail::gguf_printable(t.name), "' is ", io::ggml_type_name(t.type),
               " (npullm runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
       }
     }
@@ -398,7 +394,7 @@ class model_weights {
 
   template <std::size_t Rank>
   dense_view<const W, Rank> mapped(const std::string& name, std::array<std::size_t, Rank> shape) {
-    const tensor_info& info = file_->info(name);
+    const io::tensor_info& info = file_->info(name);
     if (info.storage() != dtype_of<W>) {
       raise(error_code::unsupported, "causal_lm: ", name, " is stored as ", info.dtype,
             "; this pipeline is configured for ", to_string(dtype_of<W>), " weights");
@@ -425,8 +421,8 @@ class model_weights {
   projection<W> safetensors_matrix(const std::string& name, std::size_t rows, std::size_t cols,
                                    const std::optional<quantization>& q) {
     projection<W> p;
-    const safetensors_file& f = file_->file_of(name);
-    const auto meta = f.header().metadata.find(detail::quantized_metadata_key(name));
+    const io::safetensors_file& f = file_->file_of(name);
+    const auto meta = f.header().metadata.find(io::quantized_metadata_key(name));
     if (meta != f.header().metadata.end()) {
       p.quantized = stored_quantized(f, name, meta->second, rows, cols);
       return p;
@@ -442,55 +438,37 @@ class model_weights {
     return p;
   }
 
-  // A matrix npullm_quantize stored: `name` holds the codes (bytes, any integer dtype),
-  // `name.scales` the symmetric formats' scales, the metadata value says
-  // "<format> <rows> <cols> [<group> <f16|f32>]".
-  ops::quantized_view stored_quantized(const safetensors_file& f, const std::string& name,
+  // A matrix npullm_quantize stored (io/quantized_safetensors.hpp): `name` holds the codes
+  // (bytes, any integer dtype), `name.scales` the symmetric formats' scales.
+  ops::quantized_view stored_quantized(const io::safetensors_file& f, const std::string& name,
                                        const std::string& meta, std::size_t rows,
                                        std::size_t cols) {
-    std::istringstream in(meta);
-    std::string format, scale;
-    std::size_t n = 0, k = 0, group = 0;
-    in >> format >> n >> k;
-    std::optional<ops::weight_format> fmt;
-    for (auto c :
-         {ops::weight_format::q8_0, ops::weight_format::q4_0, ops::weight_format::q4_k,
-          ops::weight_format::q6_k, ops::weight_format::int8_sym, ops::weight_format::int4_sym}) {
-      if (ops::to_string(c) == format) fmt = c;
-    }
-    if (!in || !fmt) {
-      raise(error_code::corrupt_data, "safetensors ", f.path(), ": quantization of '", name,
-            "' is '", meta, "'");
-    }
-    check_shape(name, dextents<2>(n, k), std::array<std::size_t, 2>{rows, cols});
+    const io::quantized_metadata_fields q = io::parse_quantized_metadata(
+        meta, "safetensors " + f.path() + ": tensor '" + name + "'");
+    check_shape(name, dextents<2>(q.rows, q.cols), std::array<std::size_t, 2>{rows, cols});
     const auto data = raw_bytes(f, name);
-    if (ops::is_block_format(*fmt)) return ops::quantized_view(*fmt, n, k, data);
-    in >> group >> scale;
-    if (!in || (scale != "f16" && scale != "f32")) {
-      raise(error_code::corrupt_data, "safetensors ", f.path(), ": quantization of '", name,
-            "' is '", meta, "' (want a group and f16 or f32)");
-    }
-    return ops::quantized_view(*fmt, n, k, data, raw_bytes(f, name + ".scales"), group,
-                               scale == "f16" ? npullm::dtype::f16 : npullm::dtype::f32);
+    if (ops::is_block_format(q.format)) return ops::quantized_view(q.format, q.rows, q.cols, data);
+    return ops::quantized_view(q.format, q.rows, q.cols, data, raw_bytes(f, name + ".scales"),
+                               q.group, q.scale_type);
   }
 
   // A tensor's bytes in its file, through a second mapping of that file (safetensors_file
   // hands out views of float types only).
-  std::span<const std::byte> raw_bytes(const safetensors_file& f, const std::string& name) {
-    const tensor_info& t = f.info(name);
+  std::span<const std::byte> raw_bytes(const io::safetensors_file& f, const std::string& name) {
+    const io::tensor_info& t = f.info(name);
     auto it = maps_.find(f.path());
     if (it == maps_.end())
-      it = maps_.emplace(f.path(), std::make_shared<mapped_file>(f.path())).first;
+      it = maps_.emplace(f.path(), std::make_shared<io::mapped_file>(f.path())).first;
     return it->second->bytes().subspan(f.header().data_offset + t.begin, t.bytes());
   }
 
   // ---- GGUF ----
 
-  const gguf_tensor_info& gguf_info(const std::string& hf_name) const {
+  const io::gguf_tensor_info& gguf_info(const std::string& hf_name) const {
     const std::string name = gguf_tensor_name(hf_name);
     return gguf_->info(name);
   }
-  void gguf_check_shape(const gguf_tensor_info& t, std::vector<std::size_t> want) const {
+  void gguf_check_shape(const io::gguf_tensor_info& t, std::vector<std::size_t> want) const {
     if (t.shape() != want) {
       raise(error_code::corrupt_data, "GGUF ", gguf_->path(), ": tensor '", t.name, "' has shape ",
             npullm::detail::format_list(t.shape()), ", the hyperparameters imply ",
@@ -505,7 +483,7 @@ class model_weights {
   }
 
   projection<W> gguf_matrix(const std::string& hf_name, std::size_t rows, std::size_t cols) {
-    const gguf_tensor_info& t = gguf_info(hf_name);
+    const io::gguf_tensor_info& t = gguf_info(hf_name);
     gguf_check_shape(t, {rows, cols});
     const bool permuted = gguf_rows_permuted(config_.family, hf_name);
     projection<W> p;
@@ -523,9 +501,9 @@ class model_weights {
       p.quantized.emplace(*fmt, rows, cols, data);
       return p;
     }
-    if (ggml_storage(t.type) != dtype_of<W>) {
+    if (io::ggml_storage(t.type) != dtype_of<W>) {
       raise(error_code::unsupported, "GGUF ", gguf_->path(), ": tensor '", t.name, "' is ",
-            ggml_type_name(t.type), "; model_weights<", to_string(dtype_of<W>),
+            io::ggml_type_name(t.type), "; model_weights<", to_string(dtype_of<W>),
             "> reads dense matrices stored as ", to_string(dtype_of<W>));
     }
     p.w = gguf_->template view<W, 2>(t.name);
@@ -541,11 +519,11 @@ class model_weights {
 
   // A 1-D float tensor's values as f32 (in HF row order).
   std::vector<float> gguf_floats(const std::string& hf_name, std::size_t n) const {
-    const gguf_tensor_info& t = gguf_info(hf_name);
+    const io::gguf_tensor_info& t = gguf_info(hf_name);
     gguf_check_shape(t, {n});
-    if (!ggml_storage(t.type)) {
+    if (!io::ggml_storage(t.type)) {
       raise(error_code::unsupported, "GGUF ", gguf_->path(), ": tensor '", t.name, "' is ",
-            ggml_type_name(t.type), " (a vector must be F32, F16 or BF16)");
+            io::ggml_type_name(t.type), " (a vector must be F32, F16 or BF16)");
     }
     std::vector<float> out(n);
     auto read = [&](auto tag) {
@@ -553,7 +531,7 @@ class model_weights {
       const auto v = gguf_->template view<T, 1>(t.name);
       for (std::size_t i = 0; i < n; ++i) out[i] = to_float(v(gguf_row(hf_name, i)));
     };
-    switch (*ggml_storage(t.type)) {
+    switch (*io::ggml_storage(t.type)) {
       case npullm::dtype::f32: read(float{}); break;
       case npullm::dtype::f16: read(float16{}); break;
       case npullm::dtype::bf16: read(bfloat16{}); break;
@@ -562,8 +540,8 @@ class model_weights {
   }
 
   dense_view<const W, 1> gguf_vector(const std::string& hf_name, std::size_t n) {
-    const gguf_tensor_info& t = gguf_info(hf_name);
-    if (ggml_storage(t.type) == dtype_of<W> && !gguf_rows_permuted(config_.family, hf_name)) {
+    const io::gguf_tensor_info& t = gguf_info(hf_name);
+    if (io::ggml_storage(t.type) == dtype_of<W> && !gguf_rows_permuted(config_.family, hf_name)) {
       gguf_check_shape(t, {n});
       return gguf_->template view<W, 1>(t.name);
     }
@@ -594,9 +572,9 @@ class model_weights {
   }
 
   model_config config_;
-  std::shared_ptr<const safetensors_model> file_;  // the mapping the views point into
-  std::shared_ptr<const gguf_file> gguf_;          // or the GGUF file's
-  std::map<std::string, std::shared_ptr<const mapped_file>> maps_;  // quantized safetensors
+  std::shared_ptr<const io::safetensors_model> file_;  // the mapping the views point into
+  std::shared_ptr<const io::gguf_file> gguf_;          // or the GGUF file's
+  std::map<std::string, std::shared_ptr<const io::mapped_file>> maps_;  // quantized safetensors
   // Biases; matrices quantized or permuted at load; converted norms; device copies' buffers.
   std::vector<std::shared_ptr<const void>> owned_;
 };
@@ -605,13 +583,13 @@ class model_weights {
 // load() checks every other matrix against it): what to instantiate a pipeline for.
 // A quantized model's W is that of its norms.
 inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
-  const safetensors_model file = safetensors_model::open(dir);
+  const io::safetensors_model file = io::safetensors_model::open(dir);
   // A quantized embedding (npullm_quantize): the final norm's type is W.
   const bool quantized =
       file.file_of("model.embed_tokens.weight")
           .header()
-          .metadata.contains(detail::quantized_metadata_key("model.embed_tokens.weight"));
-  const tensor_info& info =
+          .metadata.contains(io::quantized_metadata_key("model.embed_tokens.weight"));
+  const io::tensor_info& info =
       file.info(quantized ? "model.norm.weight" : "model.embed_tokens.weight");
   const auto d = info.storage();
   if (!d) {

@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,15 @@ constexpr std::string_view to_string(weight_format f) noexcept {
     case weight_format::int4_sym: return "int4_sym";
   }
   return "unknown";
+}
+
+// The format named by to_string (nothing for another name).
+constexpr std::optional<weight_format> weight_format_from_string(std::string_view s) noexcept {
+  for (auto f : {weight_format::q8_0, weight_format::q4_0, weight_format::q4_k,
+                 weight_format::q6_k, weight_format::int8_sym, weight_format::int4_sym}) {
+    if (to_string(f) == s) return f;
+  }
+  return std::nullopt;
 }
 
 // The GGUF block formats (self-contained blocks, no separate scales tensor).

@@ -67,9 +67,9 @@
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/core/tensor_view.hpp"
-#include "npullm/model/safetensors.hpp"  // mapped_file: the read-only mmap both formats use
+#include "npullm/io/safetensors.hpp"  // mapped_file: the read-only mmap both formats use
 
-namespace npullm::model {
+namespace npullm::io {
 
 // ---- ggml tensor types ------------------------------------------------------------------------
 
@@ -921,4 +921,4 @@ class gguf_file {
   gguf_header header_;
 };
 
-}  // namespace npullm::model
+}  // namespace npullm::io

@@ -47,7 +47,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/tensor_view.hpp"
 
-namespace npullm::model {
+namespace npullm::io {
 
 struct tensor_info {
   std::string name;
@@ -343,4 +343,4 @@ class safetensors_model {
   std::map<std::string, std::size_t, std::less<>> owner_;
 };
 
-}  // namespace npullm::model
+}  // namespace npullm::io

@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
-#include "npullm/model/gguf.hpp"
+#include "npullm/io/gguf.hpp"
 
-namespace npullm::model {
+namespace npullm::io {
 
 namespace detail {
 
@@ -347,4 +347,4 @@ class gguf_writer {
   std::set<std::string, std::less<>> names_;
 };
 
-}  // namespace npullm::model
+}  // namespace npullm::io
