@@ -82,11 +82,33 @@ constexpr std::string_view to_string(weight_format f) noexcept {
 
 // The format named by to_string (nothing for another name).
 constexpr std::optional<weight_format> weight_format_from_string(std::string_view s) noexcept {
-  for (auto f : {weight_format::q8_0, weight_format::q4_0, weight_format::q4_k,
-                 weight_format::q6_k, weight_format::int8_sym, weight_format::int4_sym}) {
+  for (auto f : {weight_format::q8_0, weight_format::q4_0, weight_format::q4_k, weight_format::q6_k,
+                 weight_format::int8_sym, weight_format::int4_sym}) {
     if (to_string(f) == s) return f;
   }
   return std::nullopt;
+}
+
+// How decode_piece gives a format's 32-value pieces: whether the two halves (values 0..15,
+// 16..31) have scales of their own, whether values carry an offset (a min), and whether the
+// halves have offsets of their own, and the largest |code| (which i16 sums of code products
+// the AVX2 kernels may take). The kernels read a format's factors through this table, so a
+// format added to decode_piece runs in every generic path.
+struct piece_layout {
+  bool half_scales = false;
+  bool offset = false;
+  bool half_offsets = false;
+  int max_code = 127;
+};
+
+constexpr piece_layout piece_layout_of(weight_format f) noexcept {
+  switch (f) {
+    case weight_format::q4_0:
+    case weight_format::int4_sym: return {false, false, false, 8};
+    case weight_format::q4_k: return {false, true, false, 15};
+    case weight_format::q6_k: return {true, false, false, 32};
+    default: return {};
+  }
 }
 
 // The GGUF block formats (self-contained blocks, no separate scales tensor).
@@ -236,20 +258,21 @@ inline void q4_k_scale_min(const std::uint8_t* s, std::size_t j, int& sc, int& m
 }
 
 // One 32-value piece of row n, piece j (values 32j .. 32j + 31), as signed integer codes q and
-// float factors with value[i] = scale[i / 16] * q[i] - offset (offset: q4_k's min, else 0).
+// float factors with value[i] = scale[i / 16] * q[i] - offset[i / 16] (offset: q4_k's min,
+// else 0; the layout of each format in piece_layout_of).
 // The kernels' panel packing and the dequantize reference both read the formats through this.
 // Symmetric formats need K % 32 == 0 and G % 32 == 0 here (the piece lies in one group).
 struct piece {
   std::int8_t q[32];
-  float scale[2];  // scale of values 0..15, 16..31 (equal except q6_k)
-  float offset;    // subtracted from every value (q4_k: dmin * m)
+  float scale[2];   // scale of values 0..15, 16..31 (equal except q6_k)
+  float offset[2];  // subtracted from values 0..15, 16..31 (q4_k: dmin * m for both)
 };
 
 inline void decode_piece(const quantized_view& w, std::size_t n, std::size_t j,
                          piece& out) noexcept {
   const std::byte* row = w.data.data() + n * w.row_bytes();
   const auto* u8 = reinterpret_cast<const std::uint8_t*>(row);
-  out.offset = 0.0f;
+  out.offset[0] = out.offset[1] = 0.0f;
   switch (w.format) {
     case weight_format::q8_0: {
       const std::byte* b = row + j * 34;
@@ -275,7 +298,7 @@ inline void decode_piece(const quantized_view& w, std::size_t n, std::size_t j,
       int sc, m;
       q4_k_scale_min(s, sub, sc, m);
       out.scale[0] = out.scale[1] = d * static_cast<float>(sc);
-      out.offset = dmin * static_cast<float>(m);
+      out.offset[0] = out.offset[1] = dmin * static_cast<float>(m);
       const auto* nib = reinterpret_cast<const std::uint8_t*>(b + 16) + 32 * (sub / 2);
       const int shift = (sub % 2) * 4;
       for (int i = 0; i < 32; ++i) out.q[i] = static_cast<std::int8_t>((nib[i] >> shift) & 0xF);
@@ -343,7 +366,7 @@ inline void dequantize_row(const quantized_view& w, std::size_t n, std::span<flo
     quant_detail::decode_piece(w, n, j, p);
     for (std::size_t i = 0; i < 32; ++i) {
       const float v = p.scale[i / 16] * static_cast<float>(p.q[i]);
-      out[32 * j + i] = w.format == weight_format::q4_k ? v - p.offset : v;
+      out[32 * j + i] = piece_layout_of(w.format).offset ? v - p.offset[i / 16] : v;
     }
   }
 }
