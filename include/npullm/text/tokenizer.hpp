@@ -165,10 +165,61 @@ class special_trie {
   }();
 };
 
+// Token text -> id: open addressing over (hash, id) slots, the text compared in the vocabulary
+// (a node-based map costs a cache miss per hop; loading a 150k-token vocabulary does 600k
+// lookups). Duplicate texts: the last id wins, as in llama.cpp.
+class text_table {
+ public:
+  void build(const std::vector<token_info>& tokens) {
+    tokens_ = &tokens;
+    std::size_t cap = 16;
+    while (cap < 2 * tokens.size()) cap *= 2;
+    slots_.assign(cap, slot{});
+    mask_ = cap - 1;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const std::string_view t = tokens[i].text;
+      const std::uint32_t h = hash(t);
+      for (std::size_t j = h & mask_;; j = (j + 1) & mask_) {
+        if (slots_[j].id < 0) {
+          slots_[j] = {h, static_cast<std::int32_t>(i)};
+          break;
+        }
+        if (slots_[j].hash == h && (*tokens_)[static_cast<std::size_t>(slots_[j].id)].text == t) {
+          slots_[j].id = static_cast<std::int32_t>(i);
+          break;
+        }
+      }
+    }
+  }
+  [[nodiscard]] std::int32_t find(std::string_view t) const noexcept {
+    const std::uint32_t h = hash(t);
+    for (std::size_t j = h & mask_;; j = (j + 1) & mask_) {
+      const slot& s = slots_[j];
+      if (s.id < 0) return -1;
+      if (s.hash == h && (*tokens_)[static_cast<std::size_t>(s.id)].text == t) return s.id;
+    }
+  }
+
+ private:
+  struct slot {
+    std::uint32_t hash = 0;
+    std::int32_t id = -1;
+  };
+  // FNV-1a, 64-bit, folded: short keys, good enough spread for power-of-two tables.
+  static std::uint32_t hash(std::string_view t) noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (const char c : t) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    return static_cast<std::uint32_t>(h ^ (h >> 32));
+  }
+  const std::vector<token_info>* tokens_ = nullptr;
+  std::vector<slot> slots_;
+  std::size_t mask_ = 0;
+};
+
 struct tokenizer_state {
   vocabulary vocab;
-  std::unordered_map<std::string_view, std::int32_t> text_to_id;  // views into vocab.tokens
-  std::vector<std::string> pieces;                                // decoded text per id
+  text_table text_to_id;
+  std::vector<std::string> pieces;  // decoded text per id
   special_trie specials;
   std::vector<std::int32_t> special_priority;  // by id: rank in llama.cpp's longest-first order
   std::array<std::int32_t, 256>
@@ -177,10 +228,7 @@ struct tokenizer_state {
   std::vector<std::string> virtual_texts;  // merge results that are no token: id size() + i
   std::optional<pretokenizer> pre;
 
-  [[nodiscard]] std::int32_t find(std::string_view s) const {
-    const auto it = text_to_id.find(s);
-    return it == text_to_id.end() ? -1 : it->second;
-  }
+  [[nodiscard]] std::int32_t find(std::string_view s) const { return text_to_id.find(s); }
 };
 
 inline std::string byte_level_decode(std::string_view text) {
@@ -327,9 +375,7 @@ class tokenizer {
     s->vocab = std::move(v);
     auto& vocab = s->vocab;
     const std::size_t n = vocab.size();
-    s->text_to_id.reserve(n * 2);
-    for (std::size_t i = 0; i < n; ++i)
-      s->text_to_id[vocab.tokens[i].text] = static_cast<std::int32_t>(i);  // last wins
+    s->text_to_id.build(vocab.tokens);
 
     // Special tokens and their order: longer first, then lower id.
     std::vector<std::int32_t> order;
@@ -414,19 +460,21 @@ class tokenizer {
       // Merges as id pairs; a side or result that is no token gets a virtual id past the
       // vocabulary.
       std::unordered_map<std::string, std::int32_t> virtual_ids;
-      const auto id_of = [&](const std::string& text) -> std::int32_t {
+      const auto id_of = [&](std::string_view text) -> std::int32_t {
         if (const std::int32_t id = s->find(text); id >= 0) return id;
-        const auto [it, inserted] =
-            virtual_ids.emplace(text, static_cast<std::int32_t>(n + s->virtual_texts.size()));
-        if (inserted) s->virtual_texts.push_back(text);
+        const auto [it, inserted] = virtual_ids.emplace(
+            std::string(text), static_cast<std::int32_t>(n + s->virtual_texts.size()));
+        if (inserted) s->virtual_texts.emplace_back(text);
         return it->second;
       };
       s->merges.reserve(vocab.merges.size());
+      std::string joined;
       for (std::size_t r = 0; r < vocab.merges.size(); ++r) {
         const auto& [l, rt] = vocab.merges[r];
         const std::int32_t li = id_of(l);
         const std::int32_t ri = id_of(rt);
-        const std::int32_t res = id_of(l + rt);
+        joined.assign(l).append(rt);
+        const std::int32_t res = id_of(joined);
         s->merges.insert(li, ri, static_cast<std::int32_t>(r), res);
       }
     }
