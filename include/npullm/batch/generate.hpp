@@ -92,7 +92,7 @@ enum class finish_reason {
 struct generation {
   std::vector<std::int32_t> tokens;
   finish_reason finish = finish_reason::running;
-  std::string text;                     // with detokenize: the tokens' text (see request)
+  std::string text;                      // with detokenize: the tokens' text (see request)
   std::vector<token_logprobs> logprobs;  // with logprobs: per token, from its raw logits row
   std::size_t stop_string = stop_string_match::none;  // the stop string that ended it, if one
 };
@@ -182,7 +182,8 @@ class generator {
     if (!r.detokenize && (!r.stop_strings.empty() || r.on_text)) {
       reject("stop strings and on_text need a detokenize callback");
     }
-    if (r.top_logprobs > 0 && !r.logprobs) reject("top_logprobs ", r.top_logprobs, " without logprobs");
+    if (r.top_logprobs > 0 && !r.logprobs)
+      reject("top_logprobs ", r.top_logprobs, " without logprobs");
     if (r.prompt.size() + r.max_new_tokens > lm_->capacity()) {
       raise(error_code::capacity_exhausted, "generator: request ", id, ": prompt of ",
             r.prompt.size(), " + ", r.max_new_tokens, " new tokens exceeds max_sequence ",
@@ -211,8 +212,8 @@ class generator {
 
   [[nodiscard]] const generation& result(std::size_t id) const {
     if (id >= requests_.size()) {
-      raise(error_code::out_of_range, "generator: result of request ", id, "; ",
-            requests_.size(), " were submitted");
+      raise(error_code::out_of_range, "generator: result of request ", id, "; ", requests_.size(),
+            " were submitted");
     }
     return requests_[id].out;
   }

@@ -61,13 +61,13 @@ using logits_processor =
     std::function<void(std::span<const std::int32_t> context, std::span<float> row)>;
 
 struct sampler_config {
-  float temperature = 0.0f;  // 0: greedy
-  std::size_t top_k = 0;     // 0: all tokens
-  float top_p = 1.0f;        // 1: all tokens
-  float min_p = 0.0f;        // 0: all tokens; in [0, 1]
-  float repeat_penalty = 1.0f;     // 1: off; > 0
-  float frequency_penalty = 0.0f;  // 0: off; any finite value (negative favours repeats)
-  float presence_penalty = 0.0f;   // 0: off; any finite value
+  float temperature = 0.0f;          // 0: greedy
+  std::size_t top_k = 0;             // 0: all tokens
+  float top_p = 1.0f;                // 1: all tokens
+  float min_p = 0.0f;                // 0: all tokens; in [0, 1]
+  float repeat_penalty = 1.0f;       // 1: off; > 0
+  float frequency_penalty = 0.0f;    // 0: off; any finite value (negative favours repeats)
+  float presence_penalty = 0.0f;     // 0: off; any finite value
   std::int64_t penalty_last_n = 64;  // the penalties' window of context tokens; 0: off; >= 0
   std::vector<token_bias> logit_bias{};
   logits_processor processor{};
@@ -241,8 +241,8 @@ class sampler {
       window.assign(context.end() - static_cast<std::ptrdiff_t>(n), context.end());
       for (std::int32_t t : window) {
         if (t < 0 || static_cast<std::size_t>(t) >= vocab) {
-          raise(error_code::invalid_argument, "sampler: context token ", t,
-                " outside a row of ", vocab);
+          raise(error_code::invalid_argument, "sampler: context token ", t, " outside a row of ",
+                vocab);
         }
       }
       std::sort(window.begin(), window.end());
@@ -332,10 +332,10 @@ class sampler {
     }
     if (config_.min_p > 0.0f) {
       const auto m = static_cast<double>(config_.min_p);
-      keep = static_cast<std::size_t>(
-          std::find_if(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(keep),
-                       [&](double x) { return x < m; }) -
-          w.begin());
+      keep = static_cast<std::size_t>(std::find_if(w.begin(),
+                                                   w.begin() + static_cast<std::ptrdiff_t>(keep),
+                                                   [&](double x) { return x < m; }) -
+                                      w.begin());
     }
     double total = 0;
     for (std::size_t i = 0; i < keep; ++i) total += w[i];

@@ -89,7 +89,9 @@ struct draft_query {
 };
 
 // Greedy token of a logits row: ops::argmax (first largest; NaN never, unless all are NaN).
-inline std::int32_t greedy_token(std::span<const float> logits) { return ops::argmax(logits); }
+inline std::int32_t greedy_token(std::span<const float> logits) {
+  return ops::argmax(logits);
+}
 
 // The context a row continues: context, then tokens (a round's proposals so far). Built only
 // when the sampler's chain reads it (penalties, processor).
@@ -288,8 +290,8 @@ class model_draft {
   // step. A request whose catch-up does not fit the draft's pool proposes nothing this round;
   // a later step that does not fit ends every proposal there (proposals are only a guess).
   template <class Table>
-  std::vector<draft_proposal> propose_batch(
-      std::span<const draft_query<Table>> queries) requires block_pipeline<LM> {
+  std::vector<draft_proposal> propose_batch(std::span<const draft_query<Table>> queries) requires
+      block_pipeline<LM> {
     using input = typename LM::sequence_input;
     std::vector<draft_proposal> out(queries.size());
     std::vector<std::size_t> live;  // queries still proposing
@@ -433,8 +435,8 @@ class self_draft {
   // Batched: one packed early-exit step per proposal over the queries' own tables, then every
   // table back to its length. A step that does not fit the pool ends the proposals there.
   template <class Table>
-  std::vector<draft_proposal> propose_batch(
-      std::span<const draft_query<Table>> queries) requires block_pipeline<LM> {
+  std::vector<draft_proposal> propose_batch(std::span<const draft_query<Table>> queries) requires
+      block_pipeline<LM> {
     std::vector<draft_proposal> out(queries.size());
     std::vector<std::size_t> base(queries.size());
     for (std::size_t i = 0; i < queries.size(); ++i) base[i] = queries[i].table->length();
@@ -520,7 +522,6 @@ class head_draft {
  private:
   const H* head_;
 };
-
 
 // ---- one sequence ---------------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ struct stop_string_match {
 // Refuses (invalid_argument) an empty stop string, naming who asks.
 inline void check_stop_strings(std::span<const std::string> stops, std::string_view who) {
   for (std::size_t i = 0; i < stops.size(); ++i) {
-    if (stops[i].empty()) raise(error_code::invalid_argument, who, ": stop string ", i, " is empty");
+    if (stops[i].empty())
+      raise(error_code::invalid_argument, who, ": stop string ", i, " is empty");
   }
 }
 
