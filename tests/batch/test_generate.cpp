@@ -370,6 +370,36 @@ TEST(GeneratorSampling, StopStringsAcrossTokensLeaveTheStopStringOut) {
   EXPECT_EQ(finished_calls, 1u);
 }
 
+// Streamed text never stops inside a UTF-8 character that a later token completes.
+TEST(GeneratorSampling, StreamedTextKeepsUtf8CharactersWhole) {
+  request r;
+  r.prompt = prompt(10, 4);
+  r.max_new_tokens = 24;
+  r.sampling = {.temperature = 1.0f};
+  r.seed = 2;
+  // A 3-byte character in two tokens ("\xE2\x82" + "\xAC" is the euro sign), and ASCII.
+  r.detokenize = [](std::int32_t t) -> std::string {
+    return t % 3 == 0 ? "\xE2\x82" : t % 3 == 1 ? "\xAC" : "a";
+  };
+  std::string streamed;
+  std::size_t held = 0;  // calls that held bytes back
+  r.on_text = [&](std::string_view piece, bool finished) {
+    streamed += piece;
+    if (!finished) EXPECT_EQ(incomplete_utf8_tail(streamed), 0u) << streamed.size();
+  };
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
+  generator<lm_t> g(lm);
+  const auto id = g.submit(r);
+  std::string all;
+  g.run([&](std::size_t, std::int32_t t, bool) {
+    held += streamed.size() < all.size() ? 1 : 0;  // after the previous token
+    all += r.detokenize(t);
+  });
+  EXPECT_EQ(g.result(id).text, all);
+  EXPECT_EQ(streamed, all);
+  EXPECT_GT(held, 0u);  // some token did end inside a character
+}
+
 TEST(GeneratorSampling, BadSettingsAreRejectedAndChangeNothing) {
   lm_t lm(tiny_weights(), {.max_sequence = 64});
   generator<lm_t> g(lm);

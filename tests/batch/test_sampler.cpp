@@ -299,6 +299,16 @@ TEST(StopStrings, FoundAcrossTokenBoundariesAndHeldBack) {
   // A stop string inside one piece, and a prefix of one that is also the held back end.
   EXPECT_EQ(stop_string_holdback("abcEN", stops), 2u);
   EXPECT_EQ(stop_string_holdback("STOP", stops), 0u);  // whole: found, not held
+  // A stream never ends inside a UTF-8 character: "é" is C3 A9, "€" E2 82 AC, "😀" F0 9F 98 80.
+  EXPECT_EQ(incomplete_utf8_tail("ab\xC3"), 1u);
+  EXPECT_EQ(incomplete_utf8_tail("ab\xC3\xA9"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xE2\x82"), 2u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xE2\x82\xAC"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("\xF0\x9F\x98"), 3u);
+  EXPECT_EQ(incomplete_utf8_tail("\xF0\x9F\x98\x80"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("abc"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("\x80\x80\x80\x80"), 0u);  // invalid: nothing to wait for
+  EXPECT_EQ(incomplete_utf8_tail(""), 0u);
   expect_error(
       [&] {
         check_stop_strings(std::vector<std::string>{"a", ""}, "test");

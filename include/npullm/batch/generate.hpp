@@ -61,7 +61,8 @@ namespace npullm::batch {
 // A token's text (bytes; a piece of a UTF-8 character is fine): the caller's detokenizer.
 using detokenizer = std::function<std::string(std::int32_t)>;
 // Streamed text of one request: (new bytes, finished). Called after every token with the bytes
-// that can no longer be part of a stop string (possibly none), and once with finished = true.
+// that can no longer be part of a stop string (possibly none), never ending inside a UTF-8
+// character unless the text ends there, and once with finished = true.
 using text_callback = std::function<void(std::string_view, bool)>;
 
 // Stop strings (matched on the bytes of detokenize(token) appended for every generated token,
@@ -290,9 +291,9 @@ class generator {
     if (stop || length) s.out.finish = stop ? finish_reason::stop : finish_reason::length;
     if (cb) cb(id, token, stop || length);
     if (s.req.on_text) {
-      const std::size_t upto =
-          stop || length ? s.out.text.size()
-                         : s.out.text.size() - stop_string_holdback(s.out.text, s.req.stop_strings);
+      const std::size_t held = std::max(stop_string_holdback(s.out.text, s.req.stop_strings),
+                                        incomplete_utf8_tail(s.out.text));
+      const std::size_t upto = s.out.text.size() - (stop || length ? 0 : held);
       if (upto > s.shown || stop || length) {
         s.req.on_text(std::string_view(s.out.text).substr(s.shown, upto - s.shown), stop || length);
         s.shown = upto;

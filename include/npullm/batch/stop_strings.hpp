@@ -9,6 +9,10 @@
 //   stop_string_holdback(text, stops)          the length of the longest end of text that is a
 //                                              proper prefix of a stop string: bytes a stream
 //                                              must not show yet
+//   incomplete_utf8_tail(text)                 the bytes at the end of text that begin a UTF-8
+//                                              character not complete yet (0 to 3), which a
+//                                              stream holds back too, so that it never splits
+//                                              a character (invalid bytes are not held)
 // Matching is on bytes (no Unicode normalization); an empty stop string is refused.
 #pragma once
 
@@ -63,6 +67,20 @@ inline std::size_t stop_string_holdback(std::string_view text, std::span<const s
     }
   }
   return held;
+}
+
+inline std::size_t incomplete_utf8_tail(std::string_view text) {
+  // The last lead byte among the final 3 bytes, and how long its character is.
+  for (std::size_t back = 1; back <= std::min<std::size_t>(3, text.size()); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const std::size_t length = (c & 0xE0) == 0xC0   ? 2
+                               : (c & 0xF0) == 0xE0 ? 3
+                               : (c & 0xF8) == 0xF0 ? 4
+                                                    : 1;
+    return length > back ? back : 0;
+  }
+  return 0;
 }
 
 }  // namespace npullm::batch
