@@ -366,6 +366,10 @@ gguf_model_info read_gguf_model(const io::gguf_header& h, BytesOf&& bytes_of,
     return static_cast<std::size_t>(*v);
   };
   c.num_hidden_layers = size("block_count");
+  if (c.num_hidden_layers > h.tensors.size()) {  // every layer has tensors: a sizes' check too
+    corrupt(p, "block_count ", c.num_hidden_layers, " but the file holds ", h.tensors.size(),
+            " tensors");
+  }
   c.hidden_size = size("embedding_length");
   c.intermediate_size = size("feed_forward_length");
   c.num_attention_heads = size("attention.head_count");
