@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
+#include "npullm/io/gguf.hpp"
 #include "npullm/ops/quant.hpp"
 #include "npullm/ops/quant_linear.hpp"
 
@@ -165,6 +168,9 @@ TEST(QuantRoundTrip, WithinHalfAScale) {
   const sym_case cases[] = {
       {weight_format::q8_0, 96, 0, dtype::f16},
       {weight_format::q4_0, 160, 0, dtype::f16},
+      {weight_format::q5_0, 96, 0, dtype::f16},
+      {weight_format::q4_1, 96, 0, dtype::f16},
+      {weight_format::q5_1, 160, 0, dtype::f16},
       {weight_format::int8_sym, 37, 37, dtype::f32},
       {weight_format::int8_sym, 384, 128, dtype::f16},
       {weight_format::int4_sym, 37, 37, dtype::f16},
@@ -175,27 +181,43 @@ TEST(QuantRoundTrip, WithinHalfAScale) {
     SCOPED_TRACE(std::string(ops::to_string(c.format)) + " k " + std::to_string(c.k));
     const std::size_t n = 5;
     std::vector<float> w(n * c.k);
-    for (float& v : w) v = g(rng);
+    for (float& v : w) v = g(rng) + (c.format == weight_format::q5_1 ? 1.5f : 0.0f);
     w[3] = 0.0f;  // some zeros
     const auto q = ops::quantize(dense_view<const float, 2>(w.data(), n, c.k), c.format, c.group,
                                  c.scale_type);
     const auto back = dequantized(q.view());
     const std::size_t group = c.group ? c.group : 32;
+    const bool with_min = c.format == weight_format::q4_1 || c.format == weight_format::q5_1;
+    // The scale the format stores (absmax / top code; q4_0 / q5_0: absmax / 8 or 16; with a
+    // min: (max - min) / top code) and the largest code.
+    const float top = c.format == weight_format::q4_0       ? 8.0f
+                      : c.format == weight_format::q5_0     ? 16.0f
+                      : c.format == weight_format::q4_1     ? 15.0f
+                      : c.format == weight_format::q5_1     ? 31.0f
+                      : c.format == weight_format::int4_sym ? 7.0f
+                                                            : 127.0f;
     for (std::size_t r = 0; r < n; ++r) {
       for (std::size_t g0 = 0; g0 < c.k; g0 += group) {
-        float amax = 0.0f;
-        for (std::size_t i = g0; i < g0 + group; ++i)
+        float amax = 0.0f, lo = w[r * c.k + g0], hi = lo;
+        for (std::size_t i = g0; i < g0 + group; ++i) {
           amax = std::max(amax, std::fabs(w[r * c.k + i]));
-        // The scale the format stores: absmax / qmax (q4_0: absmax / 8), at f16 precision.
-        const float qmax = c.format == weight_format::q4_0       ? 8.0f
-                           : c.format == weight_format::int4_sym ? 7.0f
-                                                                 : 127.0f;
-        const float scale = amax / qmax * (1.0f + 1e-3f);
+          lo = std::min(lo, w[r * c.k + i]);
+          hi = std::max(hi, w[r * c.k + i]);
+        }
+        // (the symmetric formats round an f16 scale up: up to 2^-10 above)
+        const float slack = ops::is_block_format(c.format) ? 1e-6f : 1e-3f;
+        const float scale = (with_min ? hi - lo : amax) / top * (1.0f + slack);
+        // Half a scale; the GGUF formats (llama.cpp's quantizers) compute codes with the f32
+        // scale but store it as f16 (relative error <= 2^-11): + top code x that error, and the
+        // min's f16 rounding; q4_0 / q5_0: a value of the other sign than the extreme may clamp
+        // at the top code (within a whole scale).
+        float bound = scale / 2;
+        if (ops::is_block_format(c.format)) bound += top * scale * 0x1p-11f;
+        if (with_min) bound += std::fabs(lo) * 0x1p-11f;
+        if (c.format == weight_format::q4_0 || c.format == weight_format::q5_0) bound += scale / 2;
         for (std::size_t i = g0; i < g0 + group; ++i) {
           const float err = std::fabs(w[r * c.k + i] - back[r * c.k + i]);
-          // q4_0: a value of the other sign than the extreme may clamp at code 7 (<= |d|).
-          const float bound = c.format == weight_format::q4_0 ? scale : scale / 2;
-          ASSERT_LE(err, bound + 1e-7f) << r << ", " << i;
+          ASSERT_LE(err, bound * (1.0f + 1e-5f) + 1e-7f) << r << ", " << i;
         }
       }
     }
@@ -215,19 +237,44 @@ TEST(QuantRoundTrip, Q4_0UsesCodeMinus8ForTheExtreme) {
 
 // A random W of the format, N x K: quantized from f32 where there is a quantizer, else random
 // bytes with sane f16 scales (which also exercises every bit of the dequantizer).
+// A block format's f16 fields (byte offset in the block, and the largest magnitude a random one
+// gets: weights of order 0.1 .. 1); `signed_field`: a field that may be negative (a min).
+struct f16_field {
+  std::size_t at;
+  float top;
+  bool signed_field = false;
+};
+std::vector<f16_field> f16_fields(weight_format f) {
+  switch (f) {
+    case weight_format::q4_k: return {{0, 0.012f}, {2, 0.012f}};
+    case weight_format::q5_k: return {{0, 0.006f}, {2, 0.012f}};
+    case weight_format::q6_k: return {{208, 0.0025f}};
+    case weight_format::q3_k: return {{108, 0.004f}};
+    case weight_format::q2_k: return {{80, 0.03f}, {82, 0.02f}};
+    case weight_format::q4_1: return {{0, 0.06f}, {2, 0.5f, true}};
+    case weight_format::q5_1: return {{0, 0.03f}, {2, 0.5f, true}};
+    case weight_format::q5_0: return {{0, 0.06f, true}};
+    case weight_format::iq4_nl: return {{0, 0.008f, true}};
+    case weight_format::iq4_xs: return {{0, 0.0003f, true}};
+    default: return {};
+  }
+}
+
+// A random W of the format, N x K: the 32-value formats with a quantizer that llama.cpp's files
+// also hold (q8_0, q4_0) and the symmetric ones quantized from f32; every other GGUF format as
+// random bytes with f16 fields of sane size (which also exercises every bit of the dequantizer).
 ops::quantized_matrix random_matrix(weight_format f, std::size_t n, std::size_t k,
                                     std::mt19937& rng, std::vector<std::byte>& raw) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  if (f == weight_format::q4_k || f == weight_format::q6_k) {
+  raw.clear();
+  if (!f16_fields(f).empty()) {
     raw.resize(n * ops::row_bytes(f, k));
     for (auto& b : raw) b = static_cast<std::byte>(rng() & 0xFF);
     const std::size_t bb = ops::block_bytes(f);
     for (std::size_t blk = 0; blk < raw.size() / bb; ++blk) {
-      if (f == weight_format::q4_k) {
-        put_f16(raw, blk * bb, 0.002f + 0.01f * std::fabs(u(rng)));
-        put_f16(raw, blk * bb + 2, 0.002f + 0.01f * std::fabs(u(rng)));
-      } else {
-        put_f16(raw, blk * bb + 208, 0.0005f + 0.002f * std::fabs(u(rng)));
+      for (const f16_field& field : f16_fields(f)) {
+        const float v = field.top * (0.15f + 0.85f * std::fabs(u(rng)));
+        put_f16(raw, blk * bb + field.at, field.signed_field && u(rng) < 0 ? -v : v);
       }
     }
     return {};
@@ -286,9 +333,7 @@ void check_kernel(weight_format f, std::size_t m, std::size_t n, std::size_t k, 
   }
 }
 
-const weight_format all_formats[] = {weight_format::q8_0,     weight_format::q4_0,
-                                     weight_format::q4_k,     weight_format::q6_k,
-                                     weight_format::int8_sym, weight_format::int4_sym};
+const auto& all_formats = ops::all_weight_formats;
 
 TEST(QuantLinear, AgainstDequantizedReference) {
   for (const auto f : all_formats) {
@@ -396,8 +441,7 @@ TEST(QuantLinear, ResultsDoNotDependOnTheThreadCount) {
     for (const std::size_t m : {1u, 5u, 40u, 100u}) {  // 100: activations quantized by 3 threads
       const std::size_t n = 101, k = 512;
       const auto owned = random_matrix(f, n, k, rng, raw);
-      const ops::quantized_view w =
-          ops::block_values(f) == 256 ? ops::quantized_view(f, n, k, raw) : owned.view();
+      const ops::quantized_view w = raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
       tensor<float, 2> x(m, k), y1(m, n), y3(m, n);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
@@ -585,6 +629,92 @@ TEST(QuantErrors, LinearRefusesAndLeavesYAsItWas) {
   expect_code([&] { ops::linear(x_bad.view(), packed, y.view()); }, error_code::invalid_shape,
               "want x [M, K]");
   untouched();
+}
+
+// ---- llama.cpp's own files ---------------------------------------------------------------------
+// ../shared/vectors/gguf-types (its README): tiny-T.gguf, one model with every 2-D weight in type
+// T by llama-quantize --pure from tiny-f32.gguf, and tiny-T.deq.gguf, two of its tensors as ggml's
+// own dequantizer gives them. Skipped, saying so, where the folder is absent.
+
+struct ggml_case {
+  const char* type;  // llama.cpp's name, as in the file names
+  weight_format format;
+};
+const ggml_case ggml_cases[] = {
+    {"Q8_0", weight_format::q8_0},     {"Q4_0", weight_format::q4_0},
+    {"Q4_1", weight_format::q4_1},     {"Q5_0", weight_format::q5_0},
+    {"Q5_1", weight_format::q5_1},     {"Q2_K", weight_format::q2_k},
+    {"Q3_K", weight_format::q3_k},     {"Q4_K", weight_format::q4_k},
+    {"Q5_K", weight_format::q5_k},     {"Q6_K", weight_format::q6_k},
+    {"IQ4_NL", weight_format::iq4_nl}, {"IQ4_XS", weight_format::iq4_xs},
+};
+
+const std::filesystem::path& gguf_types_dir() {
+  static const std::filesystem::path dir = NPULLM_GGUF_TYPES_DIR;
+  return dir;
+}
+
+#define SKIP_WITHOUT_GGUF_TYPES()                                   \
+  if (!std::filesystem::exists(gguf_types_dir() / "tiny-f32.gguf")) \
+  GTEST_SKIP() << "no llama.cpp test files in " << gguf_types_dir() \
+               << " (../shared/vectors/gguf-types beside the checkout)"
+
+std::unique_ptr<io::gguf_file> open_tiny(const std::string& suffix) {
+  return io::gguf_file::open(gguf_types_dir() / ("tiny-" + suffix + ".gguf"));
+}
+
+// The quantized tensor `name` of a tiny-T file as a view (its type checked against the case).
+ops::quantized_view tiny_view(const io::gguf_file& f, const std::string& name, const ggml_case& c) {
+  const io::gguf_tensor_info& t = f.info(name);
+  EXPECT_EQ(io::ggml_type_name(t.type), c.type) << name;
+  return ops::quantized_view(c.format, t.rows(), static_cast<std::size_t>(t.ne[0]), f.bytes(t));
+}
+
+TEST(GgmlFiles, DequantizeGivesGgmlsFloatsBitForBit) {
+  SKIP_WITHOUT_GGUF_TYPES();
+  for (const ggml_case& c : ggml_cases) {
+    const auto q = open_tiny(c.type), deq = open_tiny(std::string(c.type) + ".deq");
+    for (const char* name : {"blk.0.attn_k.weight", "blk.0.ffn_down.weight"}) {
+      SCOPED_TRACE(std::string(c.type) + " " + name);
+      const ops::quantized_view w = tiny_view(*q, name, c);
+      const auto ref = deq->view<float, 2>(name);
+      ASSERT_EQ(ref.extent(0), w.rows);
+      ASSERT_EQ(ref.extent(1), w.cols);
+      const auto got = dequantized(w);
+      std::size_t differ = 0, first = got.size();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (std::memcmp(&got[i], ref.data_handle() + i, 4) != 0 && differ++ == 0) first = i;
+      }
+      EXPECT_EQ(differ, 0u) << "of " << got.size() << "; first at " << first << ": "
+                            << (first < got.size() ? got[first] : 0.0f) << " vs "
+                            << (first < got.size() ? ref.data_handle()[first] : 0.0f);
+    }
+  }
+}
+
+// llama.cpp's reference quantizers of the 32-value types round to nearest with no search:
+// quantize() must write the same blocks from the same floats (every 2-D weight of the model).
+TEST(GgmlFiles, QuantizeWritesLlamaCppsBlocks) {
+  SKIP_WITHOUT_GGUF_TYPES();
+  const auto f32 = open_tiny("f32");
+  for (const ggml_case& c : ggml_cases) {
+    if (!ops::has_quantizer(c.format)) continue;
+    const auto q = open_tiny(c.type);
+    std::size_t checked = 0;
+    for (const io::gguf_tensor_info& t : q->tensors()) {
+      if (t.n_dims != 2 || io::ggml_type_name(t.type) != c.type) continue;
+      SCOPED_TRACE(std::string(c.type) + " " + std::string(t.name));
+      const auto x = f32->view<float, 2>(t.name);
+      const auto mine = ops::quantize(x, c.format);
+      const auto theirs = q->bytes(t);
+      ASSERT_EQ(mine.data().size(), theirs.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < theirs.size(); ++i) differ += mine.data()[i] != theirs[i];
+      EXPECT_EQ(differ, 0u) << "bytes of " << theirs.size();
+      ++checked;
+    }
+    EXPECT_EQ(checked, 9u) << c.type;
+  }
 }
 
 }  // namespace

@@ -101,6 +101,14 @@ constexpr std::optional<ops::weight_format> gguf_weight_format(io::ggml_type t) 
     case io::ggml_type::q4_0: return ops::weight_format::q4_0;
     case io::ggml_type::q4_k: return ops::weight_format::q4_k;
     case io::ggml_type::q6_k: return ops::weight_format::q6_k;
+    case io::ggml_type::q4_1: return ops::weight_format::q4_1;
+    case io::ggml_type::q5_0: return ops::weight_format::q5_0;
+    case io::ggml_type::q5_1: return ops::weight_format::q5_1;
+    case io::ggml_type::q5_k: return ops::weight_format::q5_k;
+    case io::ggml_type::q3_k: return ops::weight_format::q3_k;
+    case io::ggml_type::q2_k: return ops::weight_format::q2_k;
+    case io::ggml_type::iq4_nl: return ops::weight_format::iq4_nl;
+    case io::ggml_type::iq4_xs: return ops::weight_format::iq4_xs;
     default: return std::nullopt;
   }
 }
@@ -112,8 +120,19 @@ constexpr std::optional<io::ggml_type> ggml_type_of(ops::weight_format f) noexce
     case ops::weight_format::q4_0: return io::ggml_type::q4_0;
     case ops::weight_format::q4_k: return io::ggml_type::q4_k;
     case ops::weight_format::q6_k: return io::ggml_type::q6_k;
-    default: return std::nullopt;
+    case ops::weight_format::q4_1: return io::ggml_type::q4_1;
+    case ops::weight_format::q5_0: return io::ggml_type::q5_0;
+    case ops::weight_format::q5_1: return io::ggml_type::q5_1;
+    case ops::weight_format::q5_k: return io::ggml_type::q5_k;
+    case ops::weight_format::q3_k: return io::ggml_type::q3_k;
+    case ops::weight_format::q2_k: return io::ggml_type::q2_k;
+    case ops::weight_format::iq4_nl: return io::ggml_type::iq4_nl;
+    case ops::weight_format::iq4_xs: return io::ggml_type::iq4_xs;
+    case ops::weight_format::int8_sym:
+    case ops::weight_format::int4_sym: return std::nullopt;
   }
+  return std::nullopt;
+}
 }
 
 // The row of a llama GGUF Q/K projection (head_dim D) that holds HF row r (see the top).

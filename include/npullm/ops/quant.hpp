@@ -66,7 +66,29 @@
 
 namespace npullm::ops {
 
-enum class weight_format : std::uint8_t { q8_0, q4_0, q4_k, q6_k, int8_sym, int4_sym };
+enum class weight_format : std::uint8_t {
+  q8_0,
+  q4_0,
+  q4_k,
+  q6_k,
+  int8_sym,
+  int4_sym,
+  q4_1,
+  q5_0,
+  q5_1,
+  q5_k,
+  q3_k,
+  q2_k,
+  iq4_nl,
+  iq4_xs,
+};
+
+// Every format, in the enum's order.
+inline constexpr weight_format all_weight_formats[] = {
+    weight_format::q8_0,     weight_format::q4_0,     weight_format::q4_k, weight_format::q6_k,
+    weight_format::int8_sym, weight_format::int4_sym, weight_format::q4_1, weight_format::q5_0,
+    weight_format::q5_1,     weight_format::q5_k,     weight_format::q3_k, weight_format::q2_k,
+    weight_format::iq4_nl,   weight_format::iq4_xs};
 
 constexpr std::string_view to_string(weight_format f) noexcept {
   switch (f) {
@@ -76,14 +98,21 @@ constexpr std::string_view to_string(weight_format f) noexcept {
     case weight_format::q6_k: return "q6_k";
     case weight_format::int8_sym: return "int8_sym";
     case weight_format::int4_sym: return "int4_sym";
+    case weight_format::q4_1: return "q4_1";
+    case weight_format::q5_0: return "q5_0";
+    case weight_format::q5_1: return "q5_1";
+    case weight_format::q5_k: return "q5_k";
+    case weight_format::q3_k: return "q3_k";
+    case weight_format::q2_k: return "q2_k";
+    case weight_format::iq4_nl: return "iq4_nl";
+    case weight_format::iq4_xs: return "iq4_xs";
   }
   return "unknown";
 }
 
 // The format named by to_string (nothing for another name).
 constexpr std::optional<weight_format> weight_format_from_string(std::string_view s) noexcept {
-  for (auto f : {weight_format::q8_0, weight_format::q4_0, weight_format::q4_k, weight_format::q6_k,
-                 weight_format::int8_sym, weight_format::int4_sym}) {
+  for (auto f : all_weight_formats) {
     if (to_string(f) == s) return f;
   }
   return std::nullopt;
@@ -103,29 +132,48 @@ struct piece_layout {
 
 constexpr piece_layout piece_layout_of(weight_format f) noexcept {
   switch (f) {
+    case weight_format::q8_0:
+    case weight_format::int8_sym: return {false, false, false, 127};
     case weight_format::q4_0:
     case weight_format::int4_sym: return {false, false, false, 8};
-    case weight_format::q4_k: return {false, true, false, 15};
+    case weight_format::q4_k:
+    case weight_format::q4_1: return {false, true, false, 15};
+    case weight_format::q5_k:
+    case weight_format::q5_1: return {false, true, false, 31};
+    case weight_format::q5_0: return {false, false, false, 16};
     case weight_format::q6_k: return {true, false, false, 32};
-    default: return {};
+    case weight_format::q3_k: return {true, false, false, 4};
+    case weight_format::q2_k: return {true, true, true, 3};
+    case weight_format::iq4_nl:
+    case weight_format::iq4_xs: return {false, false, false, 127};
   }
+  return {};
 }
 
 // The GGUF block formats (self-contained blocks, no separate scales tensor).
 constexpr bool is_block_format(weight_format f) noexcept {
-  return f == weight_format::q8_0 || f == weight_format::q4_0 || f == weight_format::q4_k ||
-         f == weight_format::q6_k;
+  return f != weight_format::int8_sym && f != weight_format::int4_sym;
 }
 
 // Values per block (GGUF formats; 1 for the symmetric ones, whose group is separate).
 constexpr std::size_t block_values(weight_format f) noexcept {
   switch (f) {
     case weight_format::q8_0:
-    case weight_format::q4_0: return 32;
+    case weight_format::q4_0:
+    case weight_format::q4_1:
+    case weight_format::q5_0:
+    case weight_format::q5_1:
+    case weight_format::iq4_nl: return 32;
     case weight_format::q4_k:
-    case weight_format::q6_k: return 256;
-    default: return 1;
+    case weight_format::q6_k:
+    case weight_format::q5_k:
+    case weight_format::q3_k:
+    case weight_format::q2_k:
+    case weight_format::iq4_xs: return 256;
+    case weight_format::int8_sym:
+    case weight_format::int4_sym: return 1;
   }
+  return 1;
 }
 
 // Bytes per block (GGUF formats).
@@ -135,8 +183,25 @@ constexpr std::size_t block_bytes(weight_format f) noexcept {
     case weight_format::q4_0: return 18;
     case weight_format::q4_k: return 144;
     case weight_format::q6_k: return 210;
-    default: return 0;
+    case weight_format::q4_1: return 20;
+    case weight_format::q5_0: return 22;
+    case weight_format::q5_1: return 24;
+    case weight_format::q5_k: return 176;
+    case weight_format::q3_k: return 110;
+    case weight_format::q2_k: return 84;
+    case weight_format::iq4_nl: return 18;
+    case weight_format::iq4_xs: return 136;
+    case weight_format::int8_sym:
+    case weight_format::int4_sym: return 0;
   }
+  return 0;
+}
+
+// Whether quantize() writes the format (the others are read from GGUF files only).
+constexpr bool has_quantizer(weight_format f) noexcept {
+  return f == weight_format::q8_0 || f == weight_format::q4_0 || f == weight_format::q4_1 ||
+         f == weight_format::q5_0 || f == weight_format::q5_1 || f == weight_format::int8_sym ||
+         f == weight_format::int4_sym;
 }
 
 // Bytes of one row of `cols` values in data (scales excluded).
@@ -257,6 +322,41 @@ inline void q4_k_scale_min(const std::uint8_t* s, std::size_t j, int& sc, int& m
   }
 }
 
+// a · b rounded to f32 on its own, never fused with a following add or subtract into one FMA
+// (GCC contracts across statements where the target has FMA, even with -std=c++20): the
+// dequantizers and the reference quantizers round as ggml's (built without FMA) do, bit for bit.
+inline float product(float a, float b) noexcept {
+  float p = a * b;
+#if defined(__GNUC__) && defined(__x86_64__)
+  asm("" : "+x"(p));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(p));
+#else
+  volatile float v = p;
+  p = v;
+#endif
+  return p;
+}
+
+// The 16 values of IQ4_NL / IQ4_XS's 4-bit codes (a non-uniform grid, denser near zero).
+inline constexpr std::int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                               1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q3_K's six-bit scale i (0..15) from the 12 packed bytes, as stored (0..63; the scale is
+// d · (that − 32)): low four bits in byte i (i < 8) or the high nibble of byte i − 8, high two
+// bits in byte 8 + i % 4 at bit 2 · (i / 4).
+inline int q3_k_scale(const std::uint8_t* s, std::size_t i) noexcept {
+  const int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4;
+  return lo | (((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4);
+}
+
+// IQ4_XS's six-bit scale of piece ib (0..7), as stored (the scale is d · (that − 32)): nibble ib
+// of scales_l (4 bytes, little-endian) and bits 2 · ib .. 2 · ib + 1 of scales_h (u16).
+inline int iq4_xs_scale(const std::uint8_t* b, std::size_t ib) noexcept {
+  const int sh = b[2] | (b[3] << 8);
+  return ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+}
+
 // One 32-value piece of row n, piece j (values 32j .. 32j + 31), as signed integer codes q and
 // float factors with value[i] = scale[i / 16] * q[i] - offset[i / 16] (offset: q4_k's min,
 // else 0; the layout of each format in piece_layout_of).
@@ -298,7 +398,7 @@ inline void decode_piece(const quantized_view& w, std::size_t n, std::size_t j,
       int sc, m;
       q4_k_scale_min(s, sub, sc, m);
       out.scale[0] = out.scale[1] = d * static_cast<float>(sc);
-      out.offset[0] = out.offset[1] = dmin * static_cast<float>(m);
+      out.offset[0] = out.offset[1] = product(dmin, static_cast<float>(m));
       const auto* nib = reinterpret_cast<const std::uint8_t*>(b + 16) + 32 * (sub / 2);
       const int shift = (sub % 2) * 4;
       for (int i = 0; i < 32; ++i) out.q[i] = static_cast<std::int8_t>((nib[i] >> shift) & 0xF);
@@ -320,6 +420,98 @@ inline void decode_piece(const quantized_view& w, std::size_t n, std::size_t j,
       const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
       out.scale[0] = d * static_cast<float>(sc[e0 / 16]);
       out.scale[1] = d * static_cast<float>(sc[e0 / 16 + 1]);
+      return;
+    }
+    case weight_format::q4_1:
+    case weight_format::q5_1: {  // value = d · u + m: offset −m
+      const bool five = w.format == weight_format::q5_1;
+      const auto* b = u8 + j * (five ? 24 : 20);
+      out.scale[0] = out.scale[1] = load_f16(reinterpret_cast<const std::byte*>(b));
+      out.offset[0] = out.offset[1] = -load_f16(reinterpret_cast<const std::byte*>(b + 2));
+      std::uint32_t qh = 0;
+      if (five) std::memcpy(&qh, b + 4, 4);
+      const std::uint8_t* nib = b + (five ? 8 : 4);
+      for (int i = 0; i < 16; ++i) {
+        out.q[i] = static_cast<std::int8_t>((nib[i] & 0xF) | (((qh >> i) & 1) << 4));
+        out.q[i + 16] = static_cast<std::int8_t>((nib[i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
+      }
+      return;
+    }
+    case weight_format::q5_0: {
+      const auto* b = u8 + j * 22;
+      out.scale[0] = out.scale[1] = load_f16(reinterpret_cast<const std::byte*>(b));
+      std::uint32_t qh;
+      std::memcpy(&qh, b + 2, 4);
+      const std::uint8_t* nib = b + 6;
+      for (int i = 0; i < 16; ++i) {
+        out.q[i] = static_cast<std::int8_t>(((nib[i] & 0xF) | (((qh >> i) & 1) << 4)) - 16);
+        out.q[i + 16] =
+            static_cast<std::int8_t>(((nib[i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16);
+      }
+      return;
+    }
+    case weight_format::q5_k: {
+      const std::size_t sb = j / 8, sub = j % 8;
+      const std::byte* b = row + sb * 176;
+      const float d = load_f16(b), dmin = load_f16(b + 2);
+      int sc, m;
+      q4_k_scale_min(reinterpret_cast<const std::uint8_t*>(b + 4), sub, sc, m);
+      out.scale[0] = out.scale[1] = d * static_cast<float>(sc);
+      out.offset[0] = out.offset[1] = product(dmin, static_cast<float>(m));
+      const auto* qh = reinterpret_cast<const std::uint8_t*>(b + 16);
+      const auto* nib = reinterpret_cast<const std::uint8_t*>(b + 48) + 32 * (sub / 2);
+      const int shift = static_cast<int>(sub % 2) * 4;
+      for (int i = 0; i < 32; ++i) {
+        out.q[i] =
+            static_cast<std::int8_t>(((nib[i] >> shift) & 0xF) | (((qh[i] >> sub) & 1) << 4));
+      }
+      return;
+    }
+    case weight_format::q3_k: {
+      const std::size_t sb = j / 8, sub = j % 8;
+      const auto* b = u8 + sb * 110;
+      const float d = load_f16(reinterpret_cast<const std::byte*>(b + 108));
+      out.scale[0] = d * static_cast<float>(q3_k_scale(b + 96, 2 * sub) - 32);
+      out.scale[1] = d * static_cast<float>(q3_k_scale(b + 96, 2 * sub + 1) - 32);
+      const std::uint8_t* q = b + 32 + 32 * (sub / 4);
+      const int shift = 2 * static_cast<int>(sub % 4);
+      for (int i = 0; i < 32; ++i) {  // high bit clear: code − 4
+        out.q[i] = static_cast<std::int8_t>(((q[i] >> shift) & 3) - (((b[i] >> sub) & 1) ? 0 : 4));
+      }
+      return;
+    }
+    case weight_format::q2_k: {
+      const std::size_t sb = j / 8, sub = j % 8;
+      const auto* b = u8 + sb * 84;
+      const float d = load_f16(reinterpret_cast<const std::byte*>(b + 80));
+      const float dmin = load_f16(reinterpret_cast<const std::byte*>(b + 82));
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::uint8_t sc = b[2 * sub + h];
+        out.scale[h] = d * static_cast<float>(sc & 0xF);
+        out.offset[h] = product(dmin, static_cast<float>(sc >> 4));
+      }
+      const std::uint8_t* q = b + 16 + 32 * (sub / 4);
+      const int shift = 2 * static_cast<int>(sub % 4);
+      for (int i = 0; i < 32; ++i) out.q[i] = static_cast<std::int8_t>((q[i] >> shift) & 3);
+      return;
+    }
+    case weight_format::iq4_nl:
+    case weight_format::iq4_xs: {
+      const std::uint8_t* nib;
+      if (w.format == weight_format::iq4_nl) {
+        const auto* b = u8 + j * 18;
+        out.scale[0] = out.scale[1] = load_f16(reinterpret_cast<const std::byte*>(b));
+        nib = b + 2;
+      } else {
+        const auto* b = u8 + (j / 8) * 136;
+        const float d = load_f16(reinterpret_cast<const std::byte*>(b));
+        out.scale[0] = out.scale[1] = d * static_cast<float>(iq4_xs_scale(b, j % 8) - 32);
+        nib = b + 8 + 16 * (j % 8);
+      }
+      for (int i = 0; i < 16; ++i) {
+        out.q[i] = iq4_values[nib[i] & 0xF];
+        out.q[i + 16] = iq4_values[nib[i] >> 4];
+      }
       return;
     }
     case weight_format::int8_sym: {
@@ -365,7 +557,7 @@ inline void dequantize_row(const quantized_view& w, std::size_t n, std::span<flo
   for (std::size_t j = 0; j < w.cols / 32; ++j) {
     quant_detail::decode_piece(w, n, j, p);
     for (std::size_t i = 0; i < 32; ++i) {
-      const float v = p.scale[i / 16] * static_cast<float>(p.q[i]);
+      const float v = quant_detail::product(p.scale[i / 16], static_cast<float>(p.q[i]));
       out[32 * j + i] = piece_layout_of(w.format).offset ? v - p.offset[i / 16] : v;
     }
   }
@@ -418,6 +610,73 @@ inline int round_code(float x, float inv, int lo, int hi) noexcept {
   return std::clamp(q, lo, hi);
 }
 
+// One block of 32 values x of a 32-value GGUF format into its bytes b, rounding to nearest as
+// llama.cpp's reference quantizers do (the same float operations, so the same blocks):
+//   symmetric (q8_0, q4_0, q5_0): d from the block's extreme (q8_0: absmax / 127; q4_0 / q5_0:
+//     −(the value of largest magnitude) / 8 or / 16, so that it maps to the lowest code), the
+//     codes x · (1 / d) rounded half up (q8_0: half away from zero), clamped to the top code;
+//   with a min (q4_1, q5_1): d = (max − min) / 15 or / 31, m = min, codes (x − min) / d rounded
+//     half up.
+// d and m are stored as f16 (rounded to nearest) but the codes use the f32 d: an element may be
+// off its value by d / 2 plus |code| times d's f16 rounding (and q4_0 / q5_0 clamp a value of
+// the other sign than the extreme to the top code, off by up to |d|).
+inline void quantize_block32(weight_format f, const float* x, std::byte* b) noexcept {
+  auto* u8 = reinterpret_cast<std::uint8_t*>(b);
+  if (f == weight_format::q8_0) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    store_f16(b, float16(d));
+    for (int i = 0; i < 32; ++i) u8[2 + i] = static_cast<std::uint8_t>(std::lround(x[i] * id));
+    return;
+  }
+  if (f == weight_format::q4_0 || f == weight_format::q5_0) {
+    const bool five = f == weight_format::q5_0;
+    float amax = 0.0f, extreme = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      if (amax < std::fabs(x[i])) {
+        amax = std::fabs(x[i]);
+        extreme = x[i];
+      }
+    }
+    const float d = extreme / (five ? -16.0f : -8.0f), id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float half = five ? 16.5f : 8.5f;
+    const int top = five ? 31 : 15;
+    store_f16(b, float16(d));
+    std::uint32_t qh = 0;
+    for (int i = 0; i < 16; ++i) {
+      // x · id >= −top − 1 - rounding: the sum is positive, truncation rounds it down
+      const int lo = std::min(top, static_cast<int>(product(x[i], id) + half));
+      const int hi = std::min(top, static_cast<int>(product(x[i + 16], id) + half));
+      u8[(five ? 6 : 2) + i] = static_cast<std::uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      qh |= static_cast<std::uint32_t>((lo >> 4) & 1) << i;
+      qh |= static_cast<std::uint32_t>((hi >> 4) & 1) << (i + 16);
+    }
+    if (five) std::memcpy(b + 2, &qh, 4);
+    return;
+  }
+  // q4_1, q5_1
+  const bool five = f == weight_format::q5_1;
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < 32; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  const int top = five ? 31 : 15;
+  const float d = (hi - lo) / static_cast<float>(top), id = d != 0.0f ? 1.0f / d : 0.0f;
+  store_f16(b, float16(d));
+  store_f16(b + 2, float16(lo));
+  std::uint32_t qh = 0;
+  for (int i = 0; i < 16; ++i) {
+    const int c0 = std::min(top, static_cast<int>(product(x[i] - lo, id) + 0.5f));
+    const int c1 = std::min(top, static_cast<int>(product(x[i + 16] - lo, id) + 0.5f));
+    u8[(five ? 8 : 4) + i] = static_cast<std::uint8_t>((c0 & 0xF) | ((c1 & 0xF) << 4));
+    qh |= static_cast<std::uint32_t>((c0 >> 4) & 1) << i;
+    qh |= static_cast<std::uint32_t>((c1 >> 4) & 1) << (i + 16);
+  }
+  if (five) std::memcpy(b + 4, &qh, 4);
+}
+
 }  // namespace quant_detail
 
 // Quantizes w (N, K) f32 to `format` by rounding to nearest (see the top of this file).
@@ -426,7 +685,7 @@ inline int round_code(float x, float inv, int lo, int hi) noexcept {
 inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format format,
                                  std::size_t group = 0, dtype scale_type = dtype::f16) {
   const std::size_t n = w.extent(0), k = w.extent(1);
-  if (format == weight_format::q4_k || format == weight_format::q6_k) {
+  if (is_block_format(format) && !has_quantizer(format)) {
     raise(error_code::unsupported, "quantize: no quantizer for ", to_string(format),
           " (read it from a GGUF file)");
   }
@@ -458,34 +717,8 @@ inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format for
     const std::size_t bb = block_bytes(format);
     for (std::size_t r = 0; r < n; ++r) {
       for (std::size_t j = 0; j < k / 32; ++j) {
-        const float* x = src + r * ld + 32 * j;
-        std::byte* b = out.data_.data() + r * rb + j * bb;
-        float amax = 0.0f, extreme = 0.0f;
-        for (int i = 0; i < 32; ++i) {
-          if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            extreme = x[i];
-          }
-        }
-        if (format == weight_format::q8_0) {
-          const float16 d = quant_detail::f16_scale_at_least(amax / 127.0f);
-          const float df = static_cast<float>(d), inv = df != 0.0f ? 1.0f / df : 0.0f;
-          quant_detail::store_f16(b, d);
-          for (int i = 0; i < 32; ++i) {
-            b[2 + i] = static_cast<std::byte>(
-                static_cast<std::int8_t>(quant_detail::round_code(x[i], inv, -127, 127)));
-          }
-        } else {  // q4_0: d = -extreme / 8 (rounded away from zero to an f16)
-          const float16 mag = quant_detail::f16_scale_at_least(amax / 8.0f);
-          const float16 d(extreme > 0 ? -static_cast<float>(mag) : static_cast<float>(mag));
-          const float df = static_cast<float>(d), inv = df != 0.0f ? 1.0f / df : 0.0f;
-          quant_detail::store_f16(b, d);
-          for (int i = 0; i < 16; ++i) {
-            const int lo = quant_detail::round_code(x[i], inv, -8, 7) + 8;
-            const int hi = quant_detail::round_code(x[i + 16], inv, -8, 7) + 8;
-            b[2 + i] = static_cast<std::byte>(lo | (hi << 4));
-          }
-        }
+        quant_detail::quantize_block32(format, src + r * ld + 32 * j,
+                                       out.data_.data() + r * rb + j * bb);
       }
     }
     out.view_ = quantized_view(format, n, k, out.data_);

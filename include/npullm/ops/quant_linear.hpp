@@ -386,6 +386,14 @@ void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quan
     case F::q6_k: return run.template operator()<F::q6_k>();
     case F::int8_sym: return run.template operator()<F::int8_sym>();
     case F::int4_sym: return run.template operator()<F::int4_sym>();
+    case F::q4_1: return run.template operator()<F::q4_1>();
+    case F::q5_0: return run.template operator()<F::q5_0>();
+    case F::q5_1: return run.template operator()<F::q5_1>();
+    case F::q5_k: return run.template operator()<F::q5_k>();
+    case F::q3_k: return run.template operator()<F::q3_k>();
+    case F::q2_k: return run.template operator()<F::q2_k>();
+    case F::iq4_nl: return run.template operator()<F::iq4_nl>();
+    case F::iq4_xs: return run.template operator()<F::iq4_xs>();
   }
 }
 
