@@ -133,7 +133,6 @@ constexpr std::optional<io::ggml_type> ggml_type_of(ops::weight_format f) noexce
   }
   return std::nullopt;
 }
-}
 
 // The row of a llama GGUF Q/K projection (head_dim D) that holds HF row r (see the top).
 constexpr std::size_t llama_permuted_row(std::size_t r, std::size_t head_dim) noexcept {
