@@ -44,6 +44,13 @@
 #include "npullm/io/gguf_writer.hpp"
 #include "npullm/io/quantized_safetensors.hpp"
 #include "npullm/io/safetensors.hpp"
+#include "npullm/text/chat_template.hpp"
+#include "npullm/text/detokenizer.hpp"
+#include "npullm/text/pretokenizer.hpp"
+#include "npullm/text/tokenizer.hpp"
+#include "npullm/text/unicode.hpp"
+#include "npullm/text/unicode_tables.hpp"
+#include "npullm/text/vocabulary.hpp"
 
 #include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"

@@ -24,9 +24,12 @@
 // (SentencePiece), GPT-2's alphabet back to bytes (BPE), control and unknown tokens as their
 // text only with render_special, user-defined tokens as their text. With a space prefix
 // (SentencePiece) the space the encoder added at the start and after each special token is
-// removed again, so decode(encode(s)) == s for SentencePiece text without "▁" and for any
-// byte-level BPE text (with parse_special too when the specials are rendered, Phi-3's
-// whitespace-stripping tokens aside). Unlike llama.cpp no spaces are "cleaned up".
+// removed again, so decode(encode(s)) == s for SentencePiece text without "▁" and for
+// byte-level BPE text whose every byte has a normal token (falcon has none for some control
+// bytes; deepseek's vocabularies give the bytes C0, C1, F5..FF, never in valid UTF-8,
+// user-defined tokens whose text is the byte's character), with parse_special too when the
+// specials are rendered, Phi-3's whitespace-stripping tokens aside. Unlike llama.cpp no spaces are
+// "cleaned up".
 #pragma once
 
 #include <algorithm>
