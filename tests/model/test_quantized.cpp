@@ -694,6 +694,26 @@ TEST(gguf_model, refuses_a_dense_matrix_of_another_type_than_w) {
   EXPECT_EQ(w->quantized_matrices(), 15u);
 }
 
+// A GGUF file's W (stored_weight_type and with_stored_weights take a file as well as a model
+// directory): the type of its dense matrices, f32 when every matrix is quantized.
+TEST(gguf_model, stored_weight_type_of_a_file_is_that_of_its_dense_matrices) {
+  const fs::path bf = write_gguf(tiny_dir("tiny"), scratch("wt_bf16.gguf"), {gt::bf16, gt::bf16});
+  const fs::path f32 = write_gguf(tiny_dir("tiny"), scratch("wt_f32.gguf"), {gt::f32, gt::q8_0});
+  const fs::path q = write_gguf(tiny_dir("tiny"), scratch("wt_q4.gguf"), {gt::q4_0, gt::q8_0});
+  EXPECT_EQ(model::stored_weight_type(bf), npullm::dtype::bf16);
+  EXPECT_EQ(model::stored_weight_type(f32), npullm::dtype::f32);
+  EXPECT_EQ(model::stored_weight_type(q), npullm::dtype::f32);
+  auto loaded = [](const fs::path& path) {
+    return model::with_stored_weights(path, [](auto w) {
+      using W = typename decltype(w)::element_type::weight_type;
+      return std::pair{npullm::dtype_of<W>, w->quantized_matrices()};
+    });
+  };
+  EXPECT_EQ(loaded(bf), std::pair(npullm::dtype::bf16, std::size_t{0}));
+  EXPECT_EQ(loaded(f32), std::pair(npullm::dtype::f32, std::size_t{1}));
+  EXPECT_EQ(loaded(q), std::pair(npullm::dtype::f32, std::size_t{15}));
+}
+
 }  // namespace
 
 // ---- npullm_quantize's files (ctest runs the program first; see tests/CMakeLists.txt) -------

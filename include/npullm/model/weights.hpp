@@ -615,11 +615,25 @@ class model_weights {
   std::vector<std::shared_ptr<const void>> owned_;
 };
 
-// The element type the model directory stores its weights in (that of its embedding matrix;
-// load() checks every other matrix against it): what to instantiate a pipeline for.
-// A quantized model's W is that of its norms.
-inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
-  const io::safetensors_model file = io::safetensors_model::open(dir);
+// The element type W that model_weights<W>::load_gguf needs for a GGUF file: that of its dense
+// matrices (2-D F32 / F16 / BF16 tensors, which load_gguf requires stored as W), or f32 when
+// every matrix is quantized (W is then only the norms' type; llama.cpp stores them F32, so they
+// are read zero-copy).
+inline npullm::dtype stored_weight_type(const io::gguf_file& file) {
+  for (const io::gguf_tensor_info& t : file.tensors()) {
+    if (t.n_dims < 2) continue;
+    if (const auto d = io::ggml_storage(t.type)) return *d;
+  }
+  return npullm::dtype::f32;
+}
+
+// The element type a model stores its weights in: what to instantiate a pipeline for. `path` is
+// a model directory (config.json + safetensors: the type of its embedding matrix, which load()
+// checks every other matrix against; a quantized model's W is that of its norms) or a GGUF file
+// (see the overload above).
+inline npullm::dtype stored_weight_type(const std::filesystem::path& path) {
+  if (std::filesystem::is_regular_file(path)) return stored_weight_type(*io::gguf_file::open(path));
+  const io::safetensors_model file = io::safetensors_model::open(path);
   // A quantized embedding (npullm_quantize): the final norm's type is W.
   const bool quantized =
       file.file_of("model.embed_tokens.weight")
@@ -629,7 +643,7 @@ inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
       file.info(quantized ? "model.norm.weight" : "model.embed_tokens.weight");
   const auto d = info.storage();
   if (!d) {
-    raise(error_code::unsupported, "model ", dir.string(), ": ", info.name, " is stored as ",
+    raise(error_code::unsupported, "model ", path.string(), ": ", info.name, " is stored as ",
           info.dtype, " (npullm reads F32, F16 and BF16)");
   }
   return *d;
@@ -637,7 +651,8 @@ inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
 
 // Loads the weights in the type the files store and calls fn(std::shared_ptr<const
 // model_weights<W>>) with that W, one of float, float16 and bfloat16: the caller's pipeline
-// type follows from decltype, so nobody opens the safetensors header to choose it.
+// type follows from decltype, so nobody opens the safetensors header to choose it. `path` is a
+// model directory (load) or a GGUF file (load_gguf).
 //
 //   model::with_stored_weights(dir, [&](auto weights) {
 //     using W = typename decltype(weights)::element_type::weight_type;
@@ -648,13 +663,18 @@ inline npullm::dtype stored_weight_type(const std::filesystem::path& dir) {
 // Each of the three instantiations costs its compile time (about as much as one pipeline
 // each); fn's result type must be the same for all three.
 template <class Fn>
-decltype(auto) with_stored_weights(const std::filesystem::path& dir, Fn&& fn) {
-  switch (stored_weight_type(dir)) {
-    case npullm::dtype::f32: return fn(model_weights<float>::load(dir));
-    case npullm::dtype::f16: return fn(model_weights<float16>::load(dir));
+decltype(auto) with_stored_weights(const std::filesystem::path& path, Fn&& fn) {
+  const bool gguf = std::filesystem::is_regular_file(path);
+  auto load = [&](auto tag) {
+    using W = decltype(tag);
+    return gguf ? model_weights<W>::load_gguf(path) : model_weights<W>::load(path);
+  };
+  switch (stored_weight_type(path)) {
+    case npullm::dtype::f32: return fn(load(float{}));
+    case npullm::dtype::f16: return fn(load(float16{}));
     case npullm::dtype::bf16: break;
   }
-  return fn(model_weights<bfloat16>::load(dir));
+  return fn(load(bfloat16{}));
 }
 
 }  // namespace npullm::model
