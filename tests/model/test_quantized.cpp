@@ -660,13 +660,14 @@ TEST(gguf_model, refuses_an_unknown_architecture) {
 
 TEST(gguf_model, refuses_a_tensor_type_it_cannot_run_naming_the_tensor) {
   gguf_spec s;
-  s.type = gt::q5_k;
-  // K = 128 is no multiple of Q5_K's 256: use the hidden-256 model.
-  expect_refused(write_gguf(tiny_dir("tiny-k"), scratch("q5k.gguf"), s), error_code::unsupported,
-                 {"Q5_K", "blk.0."});
-  s.type = gt::q4_1;
-  expect_refused(write_gguf(tiny_dir("tiny"), scratch("q41.gguf"), s), error_code::unsupported,
-                 {"Q4_1"});
+  // The grid-based types (IQ1 / IQ2 / IQ3) stay refused (Q5_K and Q4_1, refused here before,
+  // now load); K = 128 is no multiple of their 256: use the hidden-256 model.
+  s.type = gt::iq2_xxs;
+  expect_refused(write_gguf(tiny_dir("tiny-k"), scratch("iq2xxs.gguf"), s),
+                 error_code::unsupported, {"IQ2_XXS", "blk.0."});
+  s.type = gt::iq3_s;
+  expect_refused(write_gguf(tiny_dir("tiny-k"), scratch("iq3s.gguf"), s), error_code::unsupported,
+                 {"IQ3_S"});
 }
 
 TEST(gguf_model, refuses_a_shape_mismatch_naming_the_tensor) {
