@@ -24,7 +24,6 @@ struct tile_avx512 {
   using i = __m512i;
   using f = __m512;
   static constexpr std::size_t rows = 16;
-  static constexpr bool u8_dot = true;  // q8_0 as u8 + 128
   static i load(const void* p) noexcept { return _mm512_loadu_si512(p); }
   static i bcast4(const std::int8_t* p) noexcept {
     std::int32_t v;
@@ -45,7 +44,8 @@ struct tile_avx512 {
   }
   // acc + Σ over each 4 bytes of u (u8) · x (s8)
   static i dot(i acc, i u, i x) noexcept { return _mm512_dpbusd_epi32(acc, u, x); }
-  static i dot_signed(i acc, i w, i x) noexcept = delete;  // (q8_0 tiles hold u8 here)
+  // (declared for the kernel's q8_0 branch that this ISA's u8 tiles never take)
+  static i dot_signed(i acc, i w, i x) noexcept = delete;
   // (maskz forms: GCC 12 warns about the unmasked ones' undefined pass-through operand)
   static f cvt(i v) noexcept { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
   static f f16(const void* p) noexcept {
@@ -72,31 +72,16 @@ struct tile_avx2 {
   using i = __m256i;
   using f = __m256;
   static constexpr std::size_t rows = 8;
-#if defined(NPULLM_QUANT_VNNI256)
-  static constexpr bool u8_dot = true;
-#else
-  static constexpr bool u8_dot = false;  // q8_0 as s8, through the sign trick
-#endif
-  static i load(const void* p) noexcept {
-    return _mm256_loadu_si256(static_cast<const i*>(p));
-  }
+  static i load(const void* p) noexcept { return _mm256_loadu_si256(static_cast<const i*>(p)); }
   static i bcast4(const std::int8_t* p) noexcept {
     std::int32_t v;
     std::memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
   }
-  static i set1(std::int32_t v) noexcept {
-    return _mm256_set1_epi32(v);
-  }
-  static i bytes(std::uint8_t v) noexcept {
-    return _mm256_set1_epi8(static_cast<char>(v));
-  }
-  static i and_(i a, i b) noexcept {
-    return _mm256_and_si256(a, b);
-  }
-  static i or_(i a, i b) noexcept {
-    return _mm256_or_si256(a, b);
-  }
+  static i set1(std::int32_t v) noexcept { return _mm256_set1_epi32(v); }
+  static i bytes(std::uint8_t v) noexcept { return _mm256_set1_epi8(static_cast<char>(v)); }
+  static i and_(i a, i b) noexcept { return _mm256_and_si256(a, b); }
+  static i or_(i a, i b) noexcept { return _mm256_or_si256(a, b); }
   template <int N>
   static i srl16(i a) noexcept {
     return _mm256_srli_epi16(a, N);

@@ -87,10 +87,10 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       const vf s = V::f16(p);
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const std::int32_t* q = qs + (m * blocks + j) * 2;
-        vi ia = V::set1(V::u8_dot ? -128 * (q[0] + q[1]) : 0);
+        vi ia = V::set1(tile_q8_biased() ? -128 * (q[0] + q[1]) : 0);
         NPULLM_UNROLL for (std::size_t t = 0; t < 8; ++t) {
           const vi w = V::load(p + 2 * R + t * C);
-          if constexpr (V::u8_dot) {
+          if constexpr (tile_q8_biased()) {  // the layout's choice (tiles.hpp)
             ia = V::dot(ia, w, x4(m, 32 * j + 4 * t));
           } else {
             ia = V::dot_signed(ia, w, x4(m, 32 * j + 4 * t));
