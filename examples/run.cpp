@@ -3,25 +3,28 @@
 // generated, then prints prompt and generation tokens/s.
 //
 //   npullm_run -m FILE.gguf -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8] [--top-k 40]
-//              [--top-p 0.95] [--min-p 0] [--repeat-penalty 1] [--seed N] [-t threads]
+//              [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1] [--repeat-last-n 64]
+//              [--frequency-penalty 0] [--presence-penalty 0] [--seed N] [-t threads]
 //              [-c context]
 //
 //   --chat        the prompt is a user message in the file's chat template
 //                 (tokenizer.chat_template: ChatML / Qwen, Llama 3, Llama 2, Mistral, Gemma,
 //                 Phi-3), the generation prompt opened; --system adds a system message
-//   --temp 0      greedy; otherwise temperature / top-k / top-p sampling seeded by --seed
-//                 (default: a random seed, printed)
-//   --min-p, --repeat-penalty   accepted for llama.cpp's command lines, but only at their
-//                 neutral values (0, 1) until the sampler has those controls
+//   --temp 0      greedy; otherwise temperature / top-k / top-p / min-p sampling seeded by
+//                 --seed (default: a random seed, printed)
+//   --repeat-penalty, --frequency-penalty, --presence-penalty   penalties over the last
+//                 --repeat-last-n tokens of the context (prompt and generated text), as
+//                 llama.cpp's flags of the same names (batch/sampler.hpp's sampler_config)
 //   -c            KV capacity in tokens (default: prompt + n)
 // Generation stops after n tokens or at an end-of-generation token of the vocabulary (EOS,
-// <|im_end|>, <|eot_id|>, ...). Models: what model_weights::load_gguf reads (qwen2 / llama
-// with F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_K / Q6_K tensors); the pipeline's weight type is
-// the file's dense matrix type (f32 when every matrix is quantized).
+// <|im_end|>, <|eot_id|>, ...). Models: what model_weights::load_gguf reads (the README's
+// GGUF architectures and weight types); the pipeline's weight type is the file's dense matrix
+// type (f32 when every matrix is quantized).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -49,8 +52,11 @@ struct options {
   float temperature = 0.8f;
   std::size_t top_k = 40;
   float top_p = 0.95f;
-  float min_p = 0.0f;
+  float min_p = 0.05f;  // llama.cpp's defaults for these four
   float repeat_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  std::int64_t repeat_last_n = 64;
   std::optional<std::uint64_t> seed;
   std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
   std::size_t context = 0;
@@ -59,12 +65,28 @@ struct options {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s -m FILE.gguf -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8]\n"
-      "          [--top-k 40] [--top-p 0.95] [--min-p 0] [--repeat-penalty 1] [--seed N]\n"
+      "          [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]\n"
+      "          [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]\n"
       "          [-t threads] [-c context]\n\n"
-      "Generates text with a GGUF model (qwen2 / llama), streaming it, then prints tokens/s.\n"
+      "Generates text with a GGUF model, streaming it, then prints tokens/s.\n"
       "  --chat            the prompt as a user message in the file's chat template\n"
-      "  --temp 0          greedy decoding\n",
+      "  --temp 0          greedy decoding\n"
+      "  --repeat-penalty, --frequency-penalty, --presence-penalty: over the last\n"
+      "                    --repeat-last-n tokens of prompt and output (0: none)\n",
       argv0);
+}
+
+// The sampler chain of the options (--repeat-last-n -1: the whole context, as llama.cpp's).
+npullm::batch::sampler_config sampling(const options& o) {
+  return {.temperature = o.temperature,
+          .top_k = o.top_k,
+          .top_p = o.top_p,
+          .min_p = o.min_p,
+          .repeat_penalty = o.repeat_penalty,
+          .frequency_penalty = o.frequency_penalty,
+          .presence_penalty = o.presence_penalty,
+          .penalty_last_n = o.repeat_last_n == -1 ? std::numeric_limits<std::int64_t>::max()
+                                                  : o.repeat_last_n};
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -108,14 +130,15 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   const std::uint64_t seed = o.seed ? *o.seed : std::random_device{}();
   if (!o.seed && o.temperature > 0.0f)
     std::fprintf(stderr, "npullm_run: seed %llu\n", static_cast<unsigned long long>(seed));
-  npullm::batch::sampler sampler({.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p},
-                                 seed);
+  npullm::batch::sampler sampler(sampling(o), seed);
+  // The penalties' context: the prompt, then every token chosen.
+  std::vector<std::int32_t> context(prompt);
   // Ids past the tokenizer (an embedding padded to a round size) are never sampled.
   const std::size_t vocab = std::min(c.vocab_size, tok.size());
 
   t = clock_type::now();
   auto out = lm.prefill(prompt);
-  std::int32_t next = sampler.sample(out.logits_of(prompt.size() - 1).first(vocab));
+  std::int32_t next = sampler.sample(out.logits_of(prompt.size() - 1).first(vocab), context);
   const double prefill_s = seconds_since(t);
 
   npullm::text::streaming_detokenizer stream(tok);
@@ -132,7 +155,8 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
     if (generated == limit) break;
     const auto step = lm.decode(std::array{next});
     ++steps;
-    next = sampler.sample(step.logits_of(0).first(vocab));
+    context.push_back(next);
+    next = sampler.sample(step.logits_of(0).first(vocab), context);
   }
   const double decode_s = seconds_since(t);
   const std::string rest = stream.flush();
@@ -185,6 +209,12 @@ int main(int argc, char** argv) {
         o.min_p = std::stof(value(i));
       } else if (a == "--repeat-penalty") {
         o.repeat_penalty = std::stof(value(i));
+      } else if (a == "--repeat-last-n") {
+        o.repeat_last_n = std::stoll(value(i));
+      } else if (a == "--frequency-penalty") {
+        o.frequency_penalty = std::stof(value(i));
+      } else if (a == "--presence-penalty") {
+        o.presence_penalty = std::stof(value(i));
       } else if (a == "--seed" || a == "-s") {
         o.seed = std::stoull(value(i));
       } else if (a == "-t" || a == "--threads") {
@@ -204,22 +234,8 @@ int main(int argc, char** argv) {
     usage(argv[0]);
     return 1;
   }
-  if (o.min_p != 0.0f) {
-    std::fprintf(
-        stderr,
-        "error: --min-p %g: min-p sampling is not in this build's sampler (batch/sampler.hpp has "
-        "temperature, top-k, top-p); use --min-p 0\n",
-        static_cast<double>(o.min_p));
-    return 1;
-  }
-  if (o.repeat_penalty != 1.0f) {
-    std::fprintf(stderr,
-                 "error: --repeat-penalty %g: repetition penalties are not in this build's sampler "
-                 "(batch/sampler.hpp); use --repeat-penalty 1\n",
-                 static_cast<double>(o.repeat_penalty));
-    return 1;
-  }
   try {
+    sampling(o).validate();  // before the model loads
     const auto file = npullm::io::gguf_file::open(o.model);
     const auto tok = npullm::text::tokenizer::from_gguf(*file);
     std::string text = o.prompt;
