@@ -4,7 +4,7 @@
 //
 //   gguf_model_config(file)      general.architecture = qwen2 | llama and the <arch>.* keys
 //   gguf_tensor_name(hf_name)    "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight"
-//   gguf_weight_format(type)     Q8_0, Q4_0, Q4_K, Q6_K -> ops::weight_format (else nothing)
+//   gguf_weight_format(type)     Q8_0, Q4_0/1, Q5_0/1, Q2_K..Q6_K, IQ4_NL/XS -> ops::weight_format
 //   llama_permuted_row(r, D)     where HF row r of a Q or K projection lies in a llama GGUF
 //
 // Keys read (<arch> = general.architecture): block_count, embedding_length,
@@ -75,7 +75,6 @@ constexpr std::optional<io::ggml_type> ggml_type_of(ops::weight_format f) noexce
     case ops::weight_format::int4_sym: return std::nullopt;
   }
   return std::nullopt;
-}
 }
 
 // The row of a llama GGUF Q/K projection (head_dim D) that holds HF row r (see the top).

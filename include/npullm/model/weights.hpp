@@ -33,11 +33,11 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
-#include "npullm/model/config.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/io/quantized_safetensors.hpp"
-#include "npullm/model/gguf_model.hpp"
 #include "npullm/io/safetensors.hpp"
+#include "npullm/model/config.hpp"
+#include "npullm/model/gguf_model.hpp"
 #include "npullm/ops/gather.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/quant.hpp"
@@ -239,7 +239,8 @@ class model_weights {
       if (!io::ggml_storage(t.type) && !gguf_weight_format(t.type)) {
         raise(error_code::unsupported, "GGUF ", file->path(), ": tensor '",
               io::detail::gguf_printable(t.name), "' is ", io::ggml_type_name(t.type),
-              " (npullm runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
+              " (npullm runs F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
+              "Q5_K, Q6_K, IQ4_NL and IQ4_XS; not the grid-based IQ1 / IQ2 / IQ3 types)");
       }
     }
     std::shared_ptr<model_weights> w(new model_weights(config));
@@ -443,8 +444,8 @@ class model_weights {
   ops::quantized_view stored_quantized(const io::safetensors_file& f, const std::string& name,
                                        const std::string& meta, std::size_t rows,
                                        std::size_t cols) {
-    const io::quantized_metadata_fields q = io::parse_quantized_metadata(
-        meta, "safetensors " + f.path() + ": tensor '" + name + "'");
+    const io::quantized_metadata_fields q =
+        io::parse_quantized_metadata(meta, "safetensors " + f.path() + ": tensor '" + name + "'");
     check_shape(name, dextents<2>(q.rows, q.cols), std::array<std::size_t, 2>{rows, cols});
     const auto data = raw_bytes(f, name);
     if (ops::is_block_format(q.format)) return ops::quantized_view(q.format, q.rows, q.cols, data);
