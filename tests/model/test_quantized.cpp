@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "npullm/io/gguf_writer.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/gguf_model.hpp"
+#include "npullm/io/gguf_writer.hpp"
 #include "npullm/model/quantized_io.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/ops/quant.hpp"
@@ -501,8 +501,9 @@ TEST(gguf_model, name_mapping_and_permutation_rows) {
 TEST(gguf_model, llama_permutation_round_trip_gives_the_unpermuted_model) {
   for (const char* preset : {"tiny-llama", "tiny"}) {
     const fs::path dir = tiny_dir(preset);
-    const fs::path path = write_gguf(dir, scratch(std::string(preset) + "_f32.gguf"),
-                                     {npullm::io::ggml_type::f32, npullm::io::ggml_type::f32});
+    const fs::path path =
+        write_gguf(dir, scratch(std::string(preset) + "_f32.gguf"),
+                   {npullm::io::ggml_type::f32, npullm::io::ggml_type::f32});
     const auto g = model_weights<float>::load_gguf(path);
     const auto st = model_weights<float>::load(dir);
     EXPECT_EQ(g->config().family, st->config().family);

@@ -31,8 +31,8 @@
 #include <string_view>
 
 #include "npullm/core/error.hpp"
-#include "npullm/io/gguf.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/io/gguf.hpp"
 #include "npullm/ops/quant.hpp"
 
 namespace npullm::model {

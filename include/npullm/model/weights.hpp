@@ -33,11 +33,11 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
+#include "npullm/model/config.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/io/quantized_safetensors.hpp"
-#include "npullm/io/safetensors.hpp"
-#include "npullm/model/config.hpp"
 #include "npullm/model/gguf_model.hpp"
+#include "npullm/io/safetensors.hpp"
 #include "npullm/ops/gather.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/quant.hpp"
@@ -444,8 +444,8 @@ class model_weights {
   ops::quantized_view stored_quantized(const io::safetensors_file& f, const std::string& name,
                                        const std::string& meta, std::size_t rows,
                                        std::size_t cols) {
-    const io::quantized_metadata_fields q =
-        io::parse_quantized_metadata(meta, "safetensors " + f.path() + ": tensor '" + name + "'");
+    const io::quantized_metadata_fields q = io::parse_quantized_metadata(
+        meta, "safetensors " + f.path() + ": tensor '" + name + "'");
     check_shape(name, dextents<2>(q.rows, q.cols), std::array<std::size_t, 2>{rows, cols});
     const auto data = raw_bytes(f, name);
     if (ops::is_block_format(q.format)) return ops::quantized_view(q.format, q.rows, q.cols, data);
