@@ -11,6 +11,8 @@
 //           (the bound for any vpmaddubsw kernel is about twice that peak).
 //   m512/.../packed: the same GEMM over ops::pack(W) (panels decoded once, at load: each call
 //           runs only the micro-kernel); the plain m512 rows decode W's panels in every call.
+//   .../repacked: over ops::repack(W) (tiles of 16 or 8 rows, made at load; every M reads them);
+//           also m4 (a batch of 4 decode rows) and the MLP's down projection k4864/n896.
 //   x_naive: speedup over the naive route in the same binary: dequantize W to f32 (the
 //           reference), then ops::linear over f32 weights.
 #include <benchmark/benchmark.h>
@@ -37,18 +39,21 @@ struct format_case {
   std::size_t k;
 };
 
-// q4_k has no quantizer: random super-blocks with small f16 scales.
+// q4_k, q6_k have no quantizer: random super-blocks with small f16 scales.
 npullm::ops::quantized_matrix make_weights(const format_case& f, std::size_t n, std::mt19937& rng,
                                            std::vector<std::byte>& raw,
                                            npullm::ops::quantized_view& view) {
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  if (f.format == weight_format::q4_k) {
+  if (f.format == weight_format::q4_k || f.format == weight_format::q6_k) {
     raw.resize(n * npullm::ops::row_bytes(f.format, f.k));
     for (auto& b : raw) b = static_cast<std::byte>(rng() & 0xFF);
-    for (std::size_t blk = 0; blk < raw.size() / 144; ++blk) {
-      for (int h = 0; h < 2; ++h) {
-        const std::uint16_t bits = npullm::float16(1e-3f).bits();
-        std::memcpy(raw.data() + blk * 144 + 2 * h, &bits, 2);
+    const std::size_t bb = npullm::ops::block_bytes(f.format);
+    for (std::size_t blk = 0; blk < raw.size() / bb; ++blk) {
+      const std::uint16_t bits = npullm::float16(1e-3f).bits();
+      if (f.format == weight_format::q4_k) {
+        for (int h = 0; h < 2; ++h) std::memcpy(raw.data() + blk * bb + 2 * h, &bits, 2);
+      } else {
+        std::memcpy(raw.data() + blk * bb + 208, &bits, 2);
       }
     }
     view = npullm::ops::quantized_view(f.format, n, f.k, raw);
@@ -62,9 +67,12 @@ npullm::ops::quantized_matrix make_weights(const format_case& f, std::size_t n, 
   return q;
 }
 
+enum class layout { view, packed, repacked };
+
 void quant_benchmark(benchmark::State& state, format_case f, std::size_t m, std::size_t n,
-                     bool cold, std::size_t threads, bool packed) {
+                     bool cold, std::size_t threads, layout lay) {
   const std::size_t k = f.k;
+  const bool packed = lay == layout::packed, repacked = lay == layout::repacked;
   std::mt19937 rng(1);
   std::vector<std::byte> raw0;
   npullm::ops::quantized_view v0;
@@ -77,7 +85,7 @@ void quant_benchmark(benchmark::State& state, format_case f, std::size_t m, std:
   std::vector<npullm::ops::quantized_view> views(copies);
   views[0] = v0;
   for (std::size_t c = 1; c < copies; ++c) {
-    if (f.format == weight_format::q4_k) {
+    if (f.format == weight_format::q4_k || f.format == weight_format::q6_k) {
       raws[c] = raw0;
       views[c] = npullm::ops::quantized_view(f.format, n, k, raws[c]);
     } else {
@@ -93,8 +101,14 @@ void quant_benchmark(benchmark::State& state, format_case f, std::size_t m, std:
   if (packed) {
     for (const auto& v : views) packs.push_back(npullm::ops::pack(v, pool));
   }
+  std::vector<npullm::ops::repacked_quantized> tiles;
+  if (repacked) {
+    for (const auto& v : views) tiles.push_back(npullm::ops::repack(v, pool));
+  }
   const double seconds = nb::timed_loop(state, [&] {
-    if (packed) {
+    if (repacked) {
+      npullm::ops::linear(x.view(), tiles[next++ % copies], y.view(), {}, pool);
+    } else if (packed) {
       npullm::ops::linear(x.view(), packs[next++ % copies], y.view(), {}, pool);
     } else {
       npullm::ops::linear(x.view(), views[next++ % copies], y.view(), {}, pool);
@@ -129,22 +143,35 @@ int main(int argc, char** argv) {
   const format_case formats[] = {{"q8_0", weight_format::q8_0, 0, 896},
                                  {"q4_0", weight_format::q4_0, 0, 896},
                                  {"q4_k", weight_format::q4_k, 0, 1024},
+                                 {"q6_k", weight_format::q6_k, 0, 1024},
                                  {"int4_g128", weight_format::int4_sym, 128, 896}};
-  for (const std::size_t m : {1u, 512u}) {
-    for (const bool packed : {false, true}) {
-      if (m == 1 && packed) continue;  // GEMV reads the source view either way
+  const char* names[] = {"", "/packed", "/repacked"};
+  const auto add = [&](const format_case& f, std::size_t m, std::size_t n, layout lay) {
+    for (const std::size_t threads : nb::thread_counts()) {
+      const bool cold = m <= 16;
+      const std::string name = "linear/m" + std::to_string(m) + "/k" + std::to_string(f.k) +
+                               "/n" + std::to_string(n) + "/" + f.name + (cold ? "/cold" : "") +
+                               names[static_cast<int>(lay)] + "/threads:" +
+                               std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), quant_benchmark, f, m, n, cold, threads, lay)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  };
+  for (const std::size_t m : {1u, 4u, 512u}) {
+    for (const layout lay : {layout::view, layout::packed, layout::repacked}) {
+      if (m <= 16 && lay == layout::packed) continue;  // GEMV reads the source view either way
       for (const auto& f : formats) {
-        for (const std::size_t threads : nb::thread_counts()) {
-          const bool cold = m == 1;
-          const std::string name = "linear/m" + std::to_string(m) + "/k" + std::to_string(f.k) +
-                                   "/n4864/" + f.name + (cold ? "/cold" : "") +
-                                   (packed ? "/packed" : "") + "/threads:" +
-                                   std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), quant_benchmark, f, m, std::size_t{4864},
-                                       cold, threads, packed)
-              ->Unit(benchmark::kMicrosecond);
-        }
+        if (lay == layout::repacked && !npullm::ops::has_repacked_layout(f.format)) continue;
+        if (m == 4 && f.format == weight_format::int4_sym) continue;
+        add(f, m, 4864, lay);
       }
+    }
+  }
+  // The MLP's down projection (K = 4864 = 19 q4_k super-blocks: q4_k / q6_k take K = 4864 too).
+  for (const layout lay : {layout::view, layout::repacked}) {
+    for (const auto& f : formats) {
+      if (f.format == weight_format::int4_sym) continue;
+      add({f.name, f.format, f.group, 4864}, 1, 896, lay);
     }
   }
   return npullm::bench::run_benchmarks(argc, argv);

@@ -225,7 +225,7 @@ TEST(quantize_at_load, projections_only_keeps_the_embedding_dense) {
 // weight_packing::on packs the quantized projections into int8 panels (ops::pack) too; steps of
 // more than 16 rows read them, with results bit for bit those of the blocks read in place
 // (ops/quant_linear.hpp's promise, here through every projection of the pipeline). automatic
-// packs the dense f32 projections only.
+// repacks the quantized projections of a tiled format into tiles instead (next test).
 TEST(quantize_at_load, packing_on_packs_quantized_projections_with_the_same_logits) {
   std::vector<std::int32_t> ids;
   for (std::int32_t i = 0; i < 37; ++i) ids.push_back((i * 53 + 11) % 400);
@@ -235,10 +235,8 @@ TEST(quantize_at_load, packing_on_packs_quantized_projections_with_the_same_logi
         quantization{weight_format::q8_0, 0}}) {
     const auto w = model_weights<float>::load(tiny_dir("tiny"), {.projections = q});
     lm_type in_place(w, {.max_sequence = 64, .packing = model::weight_packing::off});
-    lm_type automatic(w, {.max_sequence = 64});
     lm_type packed(w, {.max_sequence = 64, .packing = model::weight_packing::on});
     EXPECT_EQ(in_place.packed_bytes(), 0u);
-    EXPECT_EQ(automatic.packed_bytes(), 0u);  // every projection is quantized
 #if defined(__AVX2__)
     // int8 panels: at least one byte per weight of the 14 quantized projections.
     std::size_t weights = 0;
@@ -256,6 +254,47 @@ TEST(quantize_at_load, packing_on_packs_quantized_projections_with_the_same_logi
     const auto da = in_place.decode(std::array<std::int32_t, 1>{9});
     const auto db = packed.decode(std::array<std::int32_t, 1>{9});
     EXPECT_EQ(std::memcmp(da.logits.data(), db.logits.data(), da.logits.size() * sizeof(float)), 0);
+  }
+}
+
+// weight_packing::automatic repacks the quantized projections of a tiled format (q4_0, q8_0)
+// into tiles (ops::repack), the f32 LM head stays as it is, int4_sym stays as stored; prefill
+// (37 rows: the tiles MR rows at a time) and decode read the tiles, with logits equal to the
+// blocks read in place within f32 reassociation (ops/quant_linear.hpp: the same integer dot
+// products and piece scales, summed in another order), far below the activations' rounding:
+// bound 1e-4 · the logits' max |value|.
+TEST(quantize_at_load, automatic_repacks_quantized_projections_into_tiles) {
+  std::vector<std::int32_t> ids;
+  for (std::int32_t i = 0; i < 37; ++i) ids.push_back((i * 53 + 11) % 400);
+  const auto all = npullm::output_selection::all_rows();
+  for (const auto& q :
+       {quantization{weight_format::q4_0, 0}, quantization{weight_format::q8_0, 0},
+        quantization{weight_format::int4_sym, 128}}) {
+    SCOPED_TRACE(std::string(npullm::ops::to_string(q.format)));
+    const auto w = model_weights<float>::load(tiny_dir("tiny"), {.projections = q});
+    lm_type in_place(w, {.max_sequence = 64, .packing = model::weight_packing::off});
+    lm_type automatic(w, {.max_sequence = 64});
+    std::size_t bytes = 0;
+    for (const auto& l : w->layers)
+      for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) bytes += p->bytes();
+    if (npullm::ops::has_repacked_layout(q.format)) {
+      EXPECT_GE(automatic.packed_bytes(), bytes);
+      EXPECT_LE(automatic.packed_bytes(), bytes + bytes / 2);  // + zero rows of the last tiles
+    } else {
+      EXPECT_EQ(automatic.packed_bytes(), 0u);
+    }
+    const auto check = [](const auto& a, const auto& b) {
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      float amax = 0.0f, diff = 0.0f;
+      for (std::size_t i = 0; i < a.logits.size(); ++i) {
+        amax = std::max(amax, std::fabs(a.logits.data()[i]));
+        diff = std::max(diff, std::fabs(a.logits.data()[i] - b.logits.data()[i]));
+      }
+      EXPECT_LE(diff, 1e-4f * amax);
+    };
+    check(in_place.prefill(ids, all), automatic.prefill(ids, all));
+    check(in_place.decode(std::array<std::int32_t, 1>{9}),
+          automatic.decode(std::array<std::int32_t, 1>{9}));
   }
 }
 

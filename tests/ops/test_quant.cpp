@@ -290,10 +290,10 @@ ops::quantized_matrix random_matrix(weight_format f, std::size_t n, std::size_t 
 
 template <class Policy>
 void check_kernel(weight_format f, std::size_t m, std::size_t n, std::size_t k, bool with_bias,
-                  bool strided, const Policy& policy) {
+                  bool strided, const Policy& policy, bool repacked = false) {
   SCOPED_TRACE(std::string(ops::to_string(f)) + " m " + std::to_string(m) + " n " +
                std::to_string(n) + " k " + std::to_string(k) + (with_bias ? " bias" : "") +
-               (strided ? " strided" : ""));
+               (strided ? " strided" : "") + (repacked ? " repacked" : ""));
   std::mt19937 rng(static_cast<unsigned>(m * 7919 + n * 104729 + k));
   std::vector<std::byte> raw;
   const auto owned = random_matrix(f, n, k, rng, raw);
@@ -307,7 +307,13 @@ void check_kernel(weight_format f, std::size_t m, std::size_t n, std::size_t k, 
   std::vector<float> bias(with_bias ? n : 0);
   for (float& b : bias) b = u(rng);
   tensor<float, 2> y(m, n);
-  ops::linear(strided_view<const float, 2>(x), w, strided_view<float, 2>(y.view()), bias, policy);
+  if (repacked) {
+    const auto tiles = ops::repack(w, policy);
+    ops::linear(strided_view<const float, 2>(x), tiles, strided_view<float, 2>(y.view()), bias,
+                policy);
+  } else {
+    ops::linear(strided_view<const float, 2>(x), w, strided_view<float, 2>(y.view()), bias, policy);
+  }
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
       double ref = with_bias ? bias[j] : 0.0, mag = 0.0, act = 0.0;
@@ -342,6 +348,79 @@ TEST(QuantLinear, AgainstDequantizedReference) {
       }
     }
   }
+}
+
+// The repacked tiles (ops::repack) against the same reference: every M (decode and prefill
+// shapes), N not a multiple of the tile's rows, K of one and of several units.
+TEST(QuantLinear, RepackedAgainstDequantizedReference) {
+  const thread_pool pool(3);
+  for (const auto f : all_formats) {
+    if (!ops::has_repacked_layout(f)) continue;
+    const bool super = ops::block_values(f) == 256;
+    for (const std::size_t k : {super ? std::size_t{256} : std::size_t{32},
+                                super ? std::size_t{768} : std::size_t{800}}) {
+      for (const std::size_t m : {1u, 3u, 9u, 17u, 37u}) {
+        for (const std::size_t n : {1u, 17u, 37u}) {
+          check_kernel(f, m, n, k, n == 17, m == 3, serial{}, true);
+          if (HasFatalFailure()) return;
+        }
+      }
+      check_kernel(f, 5, 70, k, true, false, pool, true);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Repacked == the view path within f32 reassociation: both add the same exact integer dot
+// products times the same f32 products s · dx per piece (the integer offsets ride in the dot
+// products in both), in another order; each of the K / 32 (K / 16: q6_k) additions rounds once,
+// so |difference| <= 2 · (K / 16) · 2^-24 · Σ |terms| (<= Σ_k |w_k x_k| plus x's rounding).
+// The plain AVX2 GEMV adds its offsets in f32 instead (one more rounding per 8 pieces), which
+// the same bound covers. Results do not depend on the thread count (bit for bit).
+TEST(QuantLinear, RepackedEqualsTheViewPathWithinReassociation) {
+  const thread_pool pool(2);
+  for (const auto f : all_formats) {
+    if (!ops::has_repacked_layout(f)) continue;
+    const std::size_t k = ops::block_values(f) == 256 ? 1024 : 896, n = 45;
+    std::mt19937 rng(5);
+    std::vector<std::byte> raw;
+    const auto owned = random_matrix(f, n, k, rng, raw);
+    const ops::quantized_view w = raw.empty() ? owned.view() : ops::quantized_view(f, n, k, raw);
+    const auto tiles = ops::repack(w, pool);
+    EXPECT_EQ(tiles.rows(), n);
+    EXPECT_EQ(tiles.cols(), k);
+    EXPECT_EQ(tiles.format(), f);
+    EXPECT_GE(tiles.bytes(), w.data.size());
+    EXPECT_LE(tiles.bytes(), w.data.size() * 1.03 + 16 * ops::row_bytes(f, k));
+    const auto wd = dequantized(w);
+    for (const std::size_t m : {1u, 2u, 4u, 16u, 40u}) {
+      SCOPED_TRACE(std::string(ops::to_string(f)) + " m " + std::to_string(m));
+      tensor<float, 2> x(m, k), y_view(m, n), y_tiles(m, n), y_threads(m, n);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
+      ops::linear(x.view(), w, y_view.view());
+      ops::linear(x.view(), tiles, y_tiles.view());
+      ops::linear(x.view(), tiles, y_threads.view(), {}, pool);
+      ASSERT_EQ(std::memcmp(y_tiles.data(), y_threads.data(), y_tiles.size() * sizeof(float)), 0);
+      for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t j = 0; j < n; ++j) {
+          double mag = 0.0;
+          for (std::size_t t = 0; t < k; ++t) mag += std::fabs(wd[j * k + t] * x.view()(i, t));
+          const double bound = 2.0 * (k / 16.0) * std::ldexp(1.0, -24) * mag * 1.1;
+          ASSERT_NEAR(y_tiles.view()(i, j), y_view.view()(i, j), bound) << i << ", " << j;
+        }
+      }
+    }
+  }
+  std::vector<std::byte> raw(32);
+  expect_code(
+      [&] {
+        (void)ops::repack(
+            ops::quantize(dense_view<const float, 2>(std::vector<float>(64, 1.0f).data(), 2, 32),
+                          weight_format::int8_sym, 32, dtype::f32)
+                .view());
+      },
+      error_code::unsupported, "no tiled layout for int8_sym");
 }
 
 TEST(QuantLinear, EveryGemvRowCountAndThreads) {

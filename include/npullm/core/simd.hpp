@@ -98,11 +98,34 @@ inline f32x16 max(f32x16 a, f32x16 b) noexcept {
 inline f32x16 fmadd(f32x16 a, f32x16 b, f32x16 c) noexcept {
   return {_mm512_fmadd_ps(a.v, b.v, c.v)};
 }
+// The halves, the quarters, then pairs, in the order of GCC's _mm512_reduce_*_ps (so results
+// are those of the intrinsics), whose extracts pass an undefined operand that GCC 12 reports
+// under -Wall (-Wuninitialized) in every file that includes this: the maskz extract has none.
+template <class Op>
+[[gnu::always_inline]] inline float reduce16(__m512 v, Op op) noexcept {
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+  const __m256 h = op(hi, _mm512_castps512_ps256(v));
+  const __m128 q = op(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+  const __m128 p = op(q, _mm_shuffle_ps(q, q, 0x4E));       // lanes 2 3 0 1
+  return _mm_cvtss_f32(op(p, _mm_shuffle_ps(p, p, 0x01)));  // lane 0 op lane 1
+}
 inline float reduce_add(f32x16 a) noexcept {
-  return _mm512_reduce_add_ps(a.v);
+  return reduce16(a.v, [](auto x, auto y) {
+    if constexpr (sizeof(x) == 32) {
+      return _mm256_add_ps(x, y);
+    } else {
+      return _mm_add_ps(x, y);
+    }
+  });
 }
 inline float reduce_max(f32x16 a) noexcept {
-  return _mm512_reduce_max_ps(a.v);
+  return reduce16(a.v, [](auto x, auto y) {
+    if constexpr (sizeof(x) == 32) {
+      return _mm256_max_ps(x, y);
+    } else {
+      return _mm_max_ps(x, y);
+    }
+  });
 }
 // Lanes at or after n become -inf.
 inline f32x16 mask_tail(f32x16 a, std::size_t n) noexcept {
@@ -177,7 +200,6 @@ inline f32x16 reduce_add16(const f32x16 (&a)[16]) noexcept {
   return {
       _mm512_add_ps(_mm512_shuffle_f32x4(g01, g23, 0x88), _mm512_shuffle_f32x4(g01, g23, 0xdd))};
 }
-
 
 // The native register, for kernels blocked to the register file (GEMM micro-kernels).
 struct native {
@@ -288,7 +310,8 @@ inline f32x16 load(const float* p) noexcept {
 }
 inline f32x16 load(const float16* p) noexcept {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
+  return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+          _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
 }
 inline f32x16 load(const bfloat16* p) noexcept {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));

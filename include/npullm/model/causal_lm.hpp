@@ -353,12 +353,14 @@ class causal_lm {
   [[nodiscard]] const std::shared_ptr<const model_weights<W>>& weights() const noexcept {
     return host_weights_;
   }
-  // Bytes of this pipeline's packed copies of the layer weights (options.packing): dense
-  // panels and quantized matrices' int8 panels. 0 when it reads the weights as they are.
+  // Bytes of this pipeline's packed copies of the weights (options.packing): dense panels,
+  // quantized matrices' int8 panels or tiles (the LM head's too). 0 when it reads the weights as
+  // they are.
   [[nodiscard]] std::size_t packed_bytes() const noexcept {
     std::size_t n = 0;
     for (const auto& p : packed_) n += p.bytes();
     for (const auto& p : packed_quantized_) n += p.bytes();
+    for (const auto& p : repacked_) n += p.bytes();
     return n;
   }
   // The KV of the single-sequence API (contiguous layout): for inspection and tests.
@@ -509,7 +511,8 @@ class causal_lm {
       }
     }
   }
-  // Quantized projections are packed only by weight_packing::on (why: see weight_packing).
+  // Quantized projections are packed into panels only by weight_packing::on, repacked into
+  // tiles only by automatic (why: see weight_packing).
   [[nodiscard]] bool packs_quantized_weights() const noexcept {
     if constexpr (backend_type::device_memory) {
       return false;
@@ -517,12 +520,36 @@ class causal_lm {
       return options_.packing == weight_packing::on;
     }
   }
+  [[nodiscard]] bool repacks_quantized_weights() const noexcept {
+    if constexpr (backend_type::device_memory) {
+      return false;
+    } else {
+      return options_.packing == weight_packing::automatic;
+    }
+  }
   // This pipeline's layer table: the shared weights' views, and its own packed copies of the
   // projections when it packs (options.packing).
   void pack_weights() {
     layers_ = weights_->layers;
+    lm_head_ = weights_->lm_head;
     const bool dense = packs_weights(), quantized = packs_quantized_weights();
-    if (!dense && !quantized) return;
+    const bool tiles = repacks_quantized_weights();
+    const auto tiled = [](const projection<W>& p) {
+      return p.is_quantized() && ops::has_repacked_layout(p.quantized->format) &&
+             p.quantized->cols % 32 == 0;
+    };
+    if (tiles) {  // reserved: the projections point into it
+      std::size_t n = tiled(lm_head_) ? 1 : 0;
+      for (const layer_weights<W>& l : layers_)
+        for (const projection<W>* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+          n += tiled(*p) ? 1 : 0;
+      repacked_.reserve(n);
+      if (tiled(lm_head_)) {
+        lm_head_.repacked =
+            &repacked_.emplace_back(ops::repack(*lm_head_.quantized, pool_policy{options_.pool}));
+      }
+    }
+    if (!dense && !quantized && !tiles) return;
     packed_.reserve(layers_.size() * 7);
     packed_quantized_.reserve(layers_.size() * 7);
     for (layer_weights<W>& l : layers_) {
@@ -531,6 +558,9 @@ class causal_lm {
           if (quantized) {
             p->packed_quantized = &packed_quantized_.emplace_back(
                 ops::pack(*p->quantized, pool_policy{options_.pool}));
+          } else if (tiles && tiled(*p)) {
+            p->repacked =
+                &repacked_.emplace_back(ops::repack(*p->quantized, pool_policy{options_.pool}));
           }
         } else if (dense) {
           p->packed = &packed_.emplace_back(p->w, pool_policy{options_.pool});
@@ -927,7 +957,7 @@ class causal_lm {
       std::copy_n(&act_.x.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
     ops::rms_norm<W>(sel, weights_->final_norm, static_cast<float>(cfg.rms_norm_eps), sel,
                      cfg.norm_unit_offset ? 1.0f : 0.0f);
-    project(sel, weights_->lm_head, out, {}, pool_policy{options_.pool});  // W's or quantized
+    project(sel, lm_head_, out, {}, pool_policy{options_.pool});  // W's, quantized or tiles
     if (cfg.final_logit_softcapping > 0) {  // Gemma 2: logits = c tanh(logits / c)
       ops::softcap(std::span<float>(out.data_handle(), out.size()),
                    static_cast<float>(cfg.final_logit_softcapping));
@@ -941,6 +971,8 @@ class causal_lm {
   std::vector<layer_weights<W>> layers_;        // weights_'s, with this pipeline's packing
   std::vector<ops::packed_weights<W>> packed_;  // packed projections (reserved: no moves)
   std::vector<ops::packed_quantized> packed_quantized_;  // packed quantized ones (reserved too)
+  std::vector<ops::repacked_quantized> repacked_;        // tiles of quantized ones (reserved too)
+  projection<W> lm_head_;  // weights_'s, with this pipeline's tiles when it repacks
   pipeline_options options_;
   backend_type backend_;
   ops::rope_table rope_;

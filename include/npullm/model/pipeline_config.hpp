@@ -108,10 +108,12 @@ struct prefill_mode {
 // where it pays, i.e. on a host backend unless the bf16 dot-product path (AVX-512 BF16, which
 // reads W in place) serves these weights. Costs a second copy of the layer weights in memory
 // (the file's mapping stays, its pages reclaimable); the LM head and embeddings are not packed.
-// Quantized projections are packed only by `on` (ops::pack: int8 panels, about 1.6 bytes per
-// weight beside the blocks, which decode keeps reading): steps of more than 16 rows then skip
-// decoding W's blocks per call. automatic leaves them as stored, since they were quantized to
-// save memory.
+// Quantized projections and a quantized LM head: automatic repacks those of a format with a
+// tiled layout (ops::repack: q4_0, q8_0, q4_k, q6_k; the file's bytes, q4_k + 2.8%) into tiles
+// that every step reads (decode at the memory's pace; logits equal the stored blocks' within f32
+// reassociation); `on` packs them into int8 panels instead (ops::pack: about 1.75 bytes per
+// weight beside the blocks, which steps of up to 16 rows keep reading; logits bit for bit the
+// stored blocks'), `off` reads them as stored.
 enum class weight_packing { automatic, off, on };
 
 struct pipeline_options {

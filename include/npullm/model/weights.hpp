@@ -75,6 +75,7 @@ struct projection {
   const ops::packed_weights<W>* packed = nullptr;
   std::optional<ops::quantized_view> quantized;
   const ops::packed_quantized* packed_quantized = nullptr;  // of *quantized
+  const ops::repacked_quantized* repacked = nullptr;        // of *quantized: its tiles
 
   [[nodiscard]] bool is_quantized() const noexcept { return quantized.has_value(); }
   [[nodiscard]] std::size_t rows() const noexcept {
@@ -115,12 +116,15 @@ projection<W> row_range(const projection<W>& p, std::size_t r0, std::size_t r1) 
   return out;
 }
 
-// y = x W^T (+ bias): the quantized kernel of the matrix's format (over its panels when packed),
+// y = x W^T (+ bias): the quantized kernel of the matrix's format (over its tiles when repacked,
+// except steps of more than 16 rows where there are panels too; over its panels when packed),
 // else W's linear through the packed copy when there is one.
 template <storage_type W, threading_policy Policy>
 void project(dense_view<const float, 2> x, const projection<W>& p, dense_view<float, 2> y,
              std::span<const float> bias, const Policy& policy) {
-  if (p.packed_quantized != nullptr) {
+  if (p.repacked != nullptr && (p.packed_quantized == nullptr || x.extent(0) <= 16)) {
+    ops::linear(x, *p.repacked, y, bias, policy);
+  } else if (p.packed_quantized != nullptr) {
     ops::linear(x, *p.packed_quantized, y, bias, policy);
   } else if (p.quantized) {
     ops::linear(x, *p.quantized, y, bias, policy);

@@ -66,6 +66,8 @@
 #include "npullm/ops/quant_linear/activations.hpp"
 #include "npullm/ops/quant_linear/gemm.hpp"
 #include "npullm/ops/quant_linear/gemv.hpp"
+#include "npullm/ops/quant_linear/tiles.hpp"
+#include "npullm/ops/quant_linear/tiles_kernel.hpp"
 
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
@@ -74,6 +76,7 @@ namespace detail {
 inline constexpr std::size_t quant_gemv_max_m = 16;
 
 struct packed_access;  // pack() and the panels of a packed_quantized
+struct repack_access;  // repack() and the tiles of a repacked_quantized
 
 // Which form of x each path multiplies: (pair_split, biased).
 constexpr std::pair<bool, bool> activation_form(weight_format f, bool gemm_path) noexcept {
@@ -159,6 +162,41 @@ class packed_quantized {
   std::vector<float, aligned_allocator<float>> scale_, offset_;
 };
 
+// Whether repack() has a tiled layout for this format (q4_0, q8_0, q4_k, q6_k).
+constexpr bool has_repacked_layout(weight_format f) noexcept {
+  return detail::has_tiles(f);
+}
+
+// W repacked once (at load) into tiles of R rows (16 with AVX-512 VNNI, else 8; layout in
+// quant_linear/tiles.hpp), read by linear(x, const repacked_quantized&, ...) for every M: the
+// piece loop is load, unpack, one integer dot product per 4 codes for all R rows at once, and
+// one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and prefill
+// reads the same tiles MR rows of x at a time, so the source's pages are not touched after
+// repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, its 6-bit
+// scales stored as bytes), plus at most R − 1 zero rows. Only meaningful in the ISA namespace
+// that made it. Results equal linear over the source within f32 reassociation: the same integer
+// dot products and the same products s · dx per piece, summed in another order.
+class repacked_quantized {
+ public:
+  repacked_quantized() = default;
+  repacked_quantized(const repacked_quantized&) = delete;
+  repacked_quantized& operator=(const repacked_quantized&) = delete;
+  repacked_quantized(repacked_quantized&&) noexcept = default;
+  repacked_quantized& operator=(repacked_quantized&&) noexcept = default;
+
+  [[nodiscard]] const quantized_view& source() const noexcept { return source_; }
+  [[nodiscard]] weight_format format() const noexcept { return source_.format; }
+  [[nodiscard]] std::size_t rows() const noexcept { return source_.rows; }
+  [[nodiscard]] std::size_t cols() const noexcept { return source_.cols; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return data_.size(); }
+
+ private:
+  friend struct detail::repack_access;
+  quantized_view source_;
+  std::size_t tiles_ = 0, tile_bytes_ = 0;
+  std::vector<std::byte, aligned_allocator<std::byte>> data_;
+};
+
 namespace detail {
 
 inline void check_kernel_shape(const quantized_view& w, const char* what) {
@@ -233,11 +271,79 @@ void run_packed_gemm(const packed_quantized& w, const float* x, std::size_t ldx,
 }
 #endif
 
-// linear over w (its view, or its packed panels when `packed` is given and M > 16).
+struct repack_access {
+  template <threading_policy Policy>
+  static repacked_quantized repack(const quantized_view& w, const Policy& policy) {
+    check_kernel_shape(w, "repack");
+    if (!has_tiles(w.format)) {
+      raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
+            " (q4_0, q8_0, q4_k and q6_k have one)");
+    }
+    repacked_quantized out;
+    out.source_ = w;
+    constexpr std::size_t R = tile_height;
+    out.tiles_ = (w.rows + R - 1) / R;
+    out.tile_bytes_ = w.cols / 32 / tile_unit_pieces(w.format) * tile_unit_bytes(w.format);
+    out.data_.resize(out.tiles_ * out.tile_bytes_);
+    const std::size_t parts = std::min(out.tiles_, policy.concurrency() * 4);
+    policy.parallel_for(parts, [&](std::size_t part) {
+      for (std::size_t i = chunk_begin(out.tiles_, parts, part);
+           i < chunk_begin(out.tiles_, parts, part + 1); ++i) {
+        pack_tile(w, i * R, std::min(R, w.rows - i * R), out.data_.data() + i * out.tile_bytes_);
+      }
+    });
+    return out;
+  }
+  static const std::byte* tile(const repacked_quantized& w, std::size_t i) noexcept {
+    return w.data_.data() + i * w.tile_bytes_;
+  }
+  static std::size_t tiles(const repacked_quantized& w) noexcept { return w.tiles_; }
+};
+
+// MR = rest rows of x (1 .. tile_max_mr) over one tile.
+template <weight_format F, std::size_t MR = tile_max_mr>
+inline void tile_rest(std::size_t rest, const std::byte* tile, std::size_t units,
+                      const quantized_activations& a, std::size_t m0, std::size_t rows,
+                      const float* bias, float* y, std::size_t ldy) {
+  if constexpr (MR > 0) {
+    if (rest == MR) return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy);
+    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy);
+  }
+}
+
+template <weight_format F, threading_policy Policy>
+void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std::size_t m,
+               const float* bias, float* y, std::size_t ldy, const Policy& policy) {
+  constexpr std::size_t R = tile_height;
+  const std::size_t n = w.rows(), k = w.cols();
+  thread_local quantized_activations act;
+  quantize_activations(x, ldx, m, k, false, false, act, -1, policy);
+  const std::size_t units = k / 32 / tile_unit_pieces(F);
+  const std::size_t tiles = repack_access::tiles(w);
+  // Decode: one contiguous run of tiles per thread (one stream each); prefill: finer parts.
+  const std::size_t per = m <= quant_gemv_max_m ? 1 : 4;
+  const std::size_t parts = std::min(tiles, policy.concurrency() * per);
+  const quantized_activations& a = act;
+  policy.parallel_for(parts, [&](std::size_t part) {
+    for (std::size_t i = chunk_begin(tiles, parts, part); i < chunk_begin(tiles, parts, part + 1);
+         ++i) {
+      const std::size_t n0 = i * R, rows = std::min(R, n - n0);
+      const float* b = bias ? bias + n0 : nullptr;
+      for (std::size_t m0 = 0; m0 < m; m0 += tile_max_mr) {
+        tile_rest<F>(std::min(tile_max_mr, m - m0), repack_access::tile(w, i), units, a, m0, rows,
+                     b, y + m0 * ldy + n0, ldy);
+      }
+    }
+  });
+}
+
+// linear over w (its view, its packed panels when `packed` is given and M > 16, its tiles when
+// `repacked` is given).
 template <threading_policy Policy, class XL, class YL>
 void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quantized_view& w,
                   const packed_quantized* packed, const tensor_view<float, dextents<2>, YL>& y,
-                  std::span<const float> bias, const Policy& policy) {
+                  std::span<const float> bias, const Policy& policy,
+                  const repacked_quantized* repacked = nullptr) {
   const float* b = bias.empty() ? nullptr : bias.data();
   const std::size_t m = x.extent(0), k = x.extent(1), n = w.rows;
   if (k != w.cols || y.extent(0) != m || y.extent(1) != n || (b != nullptr && bias.size() != n)) {
@@ -263,6 +369,9 @@ void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quan
   using F = weight_format;
   (void)packed;  // (read only where there are panels: AVX2 and up)
   auto run = [&]<F f>() {
+    if constexpr (has_tiles(f)) {
+      if (repacked != nullptr) return run_tiles<f>(*repacked, xp, ldx, m, b, yp, ldy, policy);
+    }
 #if defined(__AVX2__)
     if (packed != nullptr && m > quant_gemv_max_m) {
       return run_packed_gemm<f>(*packed, xp, ldx, m, b, yp, ldy, policy);
@@ -297,6 +406,13 @@ template <threading_policy Policy = serial>
   return detail::packed_access::pack(w, policy);
 }
 
+// W's tiles, repacked once (see repacked_quantized). Raises invalid_shape where linear would,
+// unsupported for a format without a tiled layout (has_repacked_layout). Threads split the tiles.
+template <threading_policy Policy = serial>
+[[nodiscard]] repacked_quantized repack(const quantized_view& w, const Policy& policy = {}) {
+  return detail::repack_access::repack(w, policy);
+}
+
 // y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) quantized; y: (M, N).
 // Checks everything before writing y: shapes (invalid_shape), K % 32 (invalid_shape), dense
 // rows of x and y (unsupported). A call that throws leaves y as it was.
@@ -316,6 +432,21 @@ void linear(const tensor_view<const float, dextents<2>, XL>& x, const packed_qua
             const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
             const Policy& policy = {}) {
   detail::quant_linear(x, w.source(), &w, y, bias, policy);
+}
+
+// The same over repacked tiles (every M). Results equal linear(x, w.source(), y, bias,
+// policy)'s within f32 reassociation (see repacked_quantized).
+template <threading_policy Policy = serial, class XL, class YL>
+void linear(const tensor_view<const float, dextents<2>, XL>& x, const repacked_quantized& w,
+            const tensor_view<float, dextents<2>, YL>& y, std::span<const float> bias = {},
+            const Policy& policy = {}) {
+  detail::quant_linear(x, w.source(), nullptr, y, bias, policy, &w);
+}
+
+template <threading_policy Policy = serial>
+void linear(dense_view<const float, 2> x, const repacked_quantized& w, dense_view<float, 2> y,
+            std::span<const float> bias = {}, const Policy& policy = {}) {
+  linear<Policy, layout_right, layout_right>(x, w, y, bias, policy);
 }
 
 template <threading_policy Policy = serial>

@@ -64,6 +64,8 @@ struct quantized_activations {
   std::vector<float> d, dpad;
   std::vector<float> sums;
   std::vector<float> tot;  // (M, K/32): dx · Σ codes of the block (the two sums added)
+  // (M, K/32, 2): Σ codes of values 0..15 and 16..31 (integers: the repacked tiles' offsets)
+  std::vector<std::int32_t> qsum;
   std::vector<std::int32_t> corr;
 };
 
@@ -156,6 +158,7 @@ void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::s
   out.d.resize(m * out.blocks);
   out.sums.resize(m * out.blocks * 2 + 16);  // + finite slack that the GEMV's last chunk reads
   out.tot.resize(m * out.blocks);
+  out.qsum.resize(m * out.blocks * 2);
   if (gemv_offset >= 0) {
     out.dpad.assign(m * out.bpad, 0.0f);
     out.corr.resize(gemv_offset > 0 ? m * k / 4 : 0);
@@ -178,6 +181,8 @@ void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::s
         out.sums[(r * out.blocks + j) * 2] = a;
         out.sums[(r * out.blocks + j) * 2 + 1] = b;
         out.tot[r * out.blocks + j] = a + b;
+        out.qsum[(r * out.blocks + j) * 2] = s0;
+        out.qsum[(r * out.blocks + j) * 2 + 1] = s1;
       }
     }
   };

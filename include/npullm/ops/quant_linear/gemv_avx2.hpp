@@ -673,7 +673,7 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
       }
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const __m512 t2 = _mm512_add_ps(acc2[m][0], acc2[m][1]);
-        acc[m][0] = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_extractf32x8_ps(t2, 1));
+        acc[m][0] = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_maskz_extractf32x8_ps(0xFF, t2, 1));
       }
       if (j < blocks) {  // the odd last piece, 256 bits wide
         for_each_piece<F>(

@@ -1,0 +1,169 @@
+// The quantized formats repacked for the kernels (ops::repack, ops/quant_linear.hpp): W's rows in
+// tiles of R rows (R = 16 with AVX-512 VNNI, else 8: one int32 lane per row in a vector), so
+// that one vector load gives the same 4 codes of R rows and one integer dot product against 4
+// broadcast codes of x adds them into R row sums at once: no per-row prologue, no horizontal
+// sums, and the scales of the tile's rows are one contiguous vector per piece.
+//
+// A tile is a run of units (q4_0, q8_0: one 32-value piece; q4_k, q6_k: one 256-value
+// super-block), each holding the R rows' factors, then their codes as 4-byte chunks
+// (values 4t .. 4t + 3 of a piece) of row 0, row 1, ..., row R − 1:
+//   q4_0  f16 d[R]; for t in 0..3: R x 4 bytes, nibbles lo = u[4t + i], hi = u[16 + 4t + i];
+//         u = q + 8 (0..15).                                          18 R bytes (the file's)
+//   q8_0  f16 d[R]; for t in 0..7: R x 4 bytes u[4t + i]; u = q + 128 where the dot product
+//         takes u8 codes (VNNI), else q (the sign trick of AVX2's vpmaddubsw).   34 R (the file's)
+//   q4_k  f16 d[R], f16 dmin[R], u8 sc[8][R], u8 m[8][R] (the 6-bit scales unpacked: +4 bytes
+//         per 144, 2.8%); for pieces 2c, 2c + 1 (c in 0..3), t in 0..7: R x 4 bytes, nibbles
+//         lo = u_2c[4t + i], hi = u_2c+1[4t + i]; u = nibble.               148 R (file: 144 R)
+//   q6_k  f16 d[R], i8 sc[16][R]; per piece: for t in 0..3 R x 4 bytes of low nibbles (lo =
+//         u[4t + i], hi = u[16 + 4t + i]), then for s in 0..1 R x 4 bytes of high 2-bit pairs:
+//         bits 0-1, 2-3, 4-5, 6-7 = chunks s, s + 2, s + 4, s + 6; u = q + 32 (0..63).   210 R
+// The value is s · (u − o) (− min for q4_k): the integer offset o rides in the dot product's
+// start (−o · Σ x codes of the piece or half, from the activations), so that the piece loop is
+// load, unpack (mask / shift), one dot product per chunk and row of x, then one convert and one
+// FMA by s · dx per piece (half piece: q6_k) and row of x.
+// Rows past N in the last tile are zero (scale 0).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "npullm/core/dtype.hpp"
+#include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
+#include "npullm/core/tensor.hpp"
+#include "npullm/ops/quant.hpp"
+#include "npullm/ops/quant_linear/activations.hpp"
+
+namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {
+namespace detail {
+
+using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, q4_k_scale_min
+
+#if defined(NPULLM_QUANT_VNNI512)
+inline constexpr std::size_t tile_height = 16;
+#else
+inline constexpr std::size_t tile_height = 8;
+#endif
+
+// Whether q8_0's tiles hold u8 codes + 128 (the dot product multiplies u8 by s8) or s8 codes.
+constexpr bool tile_q8_biased() noexcept {
+#if defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QUANT_VNNI512)
+  return true;
+#else
+  return false;
+#endif
+}
+
+constexpr bool has_tiles(weight_format f) noexcept {
+  return f == weight_format::q4_0 || f == weight_format::q8_0 || f == weight_format::q4_k ||
+         f == weight_format::q6_k;
+}
+
+// Pieces per unit and bytes per unit of R rows.
+constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
+  return f == weight_format::q4_k || f == weight_format::q6_k ? 8 : 1;
+}
+constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
+  constexpr std::size_t R = tile_height;
+  switch (f) {
+    case weight_format::q4_0: return 18 * R;
+    case weight_format::q8_0: return 34 * R;
+    case weight_format::q4_k: return 148 * R;
+    case weight_format::q6_k: return 210 * R;
+    default: return 0;
+  }
+}
+
+// Writes rows [n0, n0 + rows) of w (rows <= R) as one tile at dst (tile bytes: K / 32 /
+// unit pieces units).
+inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows, std::byte* dst) {
+  constexpr std::size_t R = tile_height;
+  const weight_format f = w.format;
+  const std::size_t pieces = w.cols / 32, upieces = tile_unit_pieces(f);
+  const std::size_t ub = tile_unit_bytes(f);
+  std::fill_n(dst, pieces / upieces * ub, std::byte{0});
+  const auto put_f16 = [](std::byte* p, float v) {
+    const std::uint16_t b = float16(v).bits();
+    std::memcpy(p, &b, 2);
+  };
+  auto* d8 = reinterpret_cast<std::uint8_t*>(dst);
+  piece pc;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::byte* row = w.data.data() + (n0 + r) * w.row_bytes();
+    for (std::size_t j = 0; j < pieces; ++j) {
+      decode_piece(w, n0 + r, j, pc);
+      const std::size_t unit = j / upieces, p = j % upieces;
+      std::uint8_t* u = d8 + unit * ub;
+      switch (f) {
+        case weight_format::q4_0: {
+          put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
+          for (std::size_t t = 0; t < 4; ++t) {
+            for (std::size_t i = 0; i < 4; ++i) {
+              const int lo = pc.q[4 * t + i] + 8, hi = pc.q[16 + 4 * t + i] + 8;
+              u[2 * R + (t * R + r) * 4 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
+            }
+          }
+          break;
+        }
+        case weight_format::q8_0: {
+          put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
+          for (std::size_t t = 0; t < 8; ++t) {
+            for (std::size_t i = 0; i < 4; ++i) {
+              const int q = pc.q[4 * t + i];
+              u[2 * R + (t * R + r) * 4 + i] =
+                  static_cast<std::uint8_t>(tile_q8_biased() ? q + 128 : q);
+            }
+          }
+          break;
+        }
+        case weight_format::q4_k: {
+          const std::byte* b = row + 144 * unit;
+          if (p == 0) {
+            std::memcpy(u + 2 * r, b, 2);
+            std::memcpy(u + 2 * R + 2 * r, b + 2, 2);
+          }
+          int sc, m;
+          q4_k_scale_min(reinterpret_cast<const std::uint8_t*>(b + 4), p, sc, m);
+          u[4 * R + p * R + r] = static_cast<std::uint8_t>(sc);
+          u[12 * R + p * R + r] = static_cast<std::uint8_t>(m);
+          const std::size_t c = p / 2, shift = (p % 2) * 4;
+          for (std::size_t t = 0; t < 8; ++t) {
+            for (std::size_t i = 0; i < 4; ++i) {
+              u[20 * R + ((c * 8 + t) * R + r) * 4 + i] |=
+                  static_cast<std::uint8_t>(pc.q[4 * t + i] << shift);
+            }
+          }
+          break;
+        }
+        case weight_format::q6_k: {
+          const std::byte* b = row + 210 * unit;
+          if (p == 0) std::memcpy(u + 2 * r, b + 208, 2);
+          u[2 * R + (2 * p) * R + r] = static_cast<std::uint8_t>(b[192 + 2 * p]);
+          u[2 * R + (2 * p + 1) * R + r] = static_cast<std::uint8_t>(b[192 + 2 * p + 1]);
+          std::uint8_t* lo = u + 18 * R + p * 24 * R;
+          std::uint8_t* hi = lo + 16 * R;
+          for (std::size_t v = 0; v < 32; ++v) {
+            const int q = pc.q[v] + 32;  // 0..63
+            const std::size_t chunk = v / 4, i = v % 4;
+            // low nibble: chunk t in 0..3 in load t's low nibbles, t + 4 in its high ones
+            lo[((chunk % 4) * R + r) * 4 + i] |=
+                static_cast<std::uint8_t>((q & 0xF) << (chunk / 4 * 4));
+            // high pair: chunk c in plane c % 2 at bits 2 (c / 2)
+            hi[((chunk % 2) * R + r) * 4 + i] |=
+                static_cast<std::uint8_t>((q >> 4) << (chunk / 2 * 2));
+          }
+          break;
+        }
+        default: break;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace NPULLM_ISA_NAMESPACE
+}  // namespace npullm::ops

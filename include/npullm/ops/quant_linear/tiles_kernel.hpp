@@ -1,0 +1,265 @@
+// The kernel over repacked tiles (quant_linear/tiles.hpp gives the layout): MR rows of x times
+// one tile of R rows of W, all of K, into y's MR x R block. Written once over the ISA's vector
+// struct (tiles_isa.hpp); portable builds run the same loops in scalar code. Per unit it loads
+// each code vector once for all MR rows of x, so M <= 16 (decode, a speculative verify step) and
+// M > 16 (prefill, in groups of MR rows) read the same tiles.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "npullm/core/isa.hpp"
+#include "npullm/core/simd.hpp"
+#include "npullm/ops/quant.hpp"
+#include "npullm/ops/quant_linear/activations.hpp"
+#include "npullm/ops/quant_linear/tiles.hpp"
+#include "npullm/ops/quant_linear/tiles_isa.hpp"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {
+namespace detail {
+
+// Rows of x per pass over a tile: 4 for decode-sized M; prefill takes more per pass where the
+// registers allow (AVX-512: 32 vectors).
+#if defined(NPULLM_QUANT_VNNI512)
+inline constexpr std::size_t tile_max_mr = 8;
+#else
+inline constexpr std::size_t tile_max_mr = 4;
+#endif
+
+// Bytes ahead of the unit being read that the kernel prefetches (one stream per thread: the
+// hardware prefetchers alone leave the first load of each unit waiting; see gemv_rows).
+inline constexpr std::size_t tile_prefetch_bytes = 1536;
+
+#if defined(__AVX2__)
+// y[m, n0 .. n0 + rows) for the MR rows of x from m0 (rows <= R of the tile are stored).
+template <weight_format F, std::size_t MR>
+void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
+               std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy) {
+  using V = tile_isa;
+  using vi = V::i;
+  using vf = V::f;
+  constexpr std::size_t R = V::rows, C = 4 * R;  // C: bytes of one chunk vector
+  constexpr std::size_t ub = tile_unit_bytes(F);
+  const std::size_t k = a.k, blocks = a.blocks;
+  const std::int8_t* xq = a.codes.data() + m0 * k;
+  const float* dx = a.d.data() + m0 * blocks;
+  const float* tot = a.tot.data() + m0 * blocks;
+  const std::int32_t* qs = a.qsum.data() + m0 * blocks * 2;
+  const vi low4 = V::bytes(0x0F);
+  vf acc[MR];
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m] = V::zerof();
+  // 4 codes of x row m from value v of the row
+  const auto x4 = [&](std::size_t m, std::size_t v) { return V::bcast4(xq + m * k + v); };
+  const char* end = reinterpret_cast<const char*>(tile + units * ub);
+  for (std::size_t u = 0; u < units; ++u) {
+    const std::byte* p = tile + u * ub;
+    const char* pf = reinterpret_cast<const char*>(p) + tile_prefetch_bytes;
+    for (std::size_t o = 0; o < ub; o += 64) {
+      if (pf + o < end) _mm_prefetch(pf + o, _MM_HINT_T0);
+    }
+    if constexpr (F == weight_format::q4_0) {
+      const std::size_t j = u;
+      const vf s = V::f16(p);
+      vi lo[4], hi[4];
+      NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+        const vi v = V::load(p + 2 * R + t * C);
+        lo[t] = V::and_(v, low4);
+        hi[t] = V::and_(V::template srl16<4>(v), low4);
+      }
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const std::int32_t* q = qs + (m * blocks + j) * 2;
+        vi ia = V::set1(-8 * (q[0] + q[1]));
+        NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+          ia = V::dot(ia, lo[t], x4(m, 32 * j + 4 * t));
+          ia = V::dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+        }
+        acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
+      }
+    } else if constexpr (F == weight_format::q8_0) {
+      const std::size_t j = u;
+      const vf s = V::f16(p);
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const std::int32_t* q = qs + (m * blocks + j) * 2;
+        vi ia = V::set1(V::u8_dot ? -128 * (q[0] + q[1]) : 0);
+        NPULLM_UNROLL for (std::size_t t = 0; t < 8; ++t) {
+          const vi w = V::load(p + 2 * R + t * C);
+          if constexpr (V::u8_dot) {
+            ia = V::dot(ia, w, x4(m, 32 * j + 4 * t));
+          } else {
+            ia = V::dot_signed(ia, w, x4(m, 32 * j + 4 * t));
+          }
+        }
+        acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
+      }
+    } else if constexpr (F == weight_format::q4_k) {
+      const vf d = V::f16(p), dmin = V::f16(p + 2 * R);
+      const std::byte* sc = p + 4 * R;
+      const std::byte* mn = p + 12 * R;
+      const std::byte* codes = p + 20 * R;
+      NPULLM_UNROLL for (std::size_t c = 0; c < 4; ++c) {
+        const std::size_t ja = 8 * u + 2 * c, jb = ja + 1;
+        vi ia[MR], ib[MR];
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) ia[m] = ib[m] = V::set1(0);
+        NPULLM_UNROLL for (std::size_t t = 0; t < 8; ++t) {
+          const vi v = V::load(codes + (c * 8 + t) * C);
+          const vi lo = V::and_(v, low4), hi = V::and_(V::template srl16<4>(v), low4);
+          NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+            ia[m] = V::dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
+            ib[m] = V::dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
+          }
+        }
+        const vf sa = V::mul(d, V::u8(sc + 2 * c * R)), sb = V::mul(d, V::u8(sc + (2 * c + 1) * R));
+        const vf ma = V::mul(dmin, V::u8(mn + 2 * c * R));
+        const vf mb = V::mul(dmin, V::u8(mn + (2 * c + 1) * R));
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          acc[m] = V::fmadd(V::cvt(ia[m]), V::mul(sa, V::set1f(dx[m * blocks + ja])), acc[m]);
+          acc[m] = V::fnmadd(ma, V::set1f(tot[m * blocks + ja]), acc[m]);
+          acc[m] = V::fmadd(V::cvt(ib[m]), V::mul(sb, V::set1f(dx[m * blocks + jb])), acc[m]);
+          acc[m] = V::fnmadd(mb, V::set1f(tot[m * blocks + jb]), acc[m]);
+        }
+      }
+    } else if constexpr (F == weight_format::q6_k) {
+      const vf d = V::f16(p);
+      const std::byte* sc = p + 2 * R;
+      const vi bits45 = V::bytes(0x30);
+      NPULLM_UNROLL for (std::size_t pc = 0; pc < 8; ++pc) {
+        const std::size_t j = 8 * u + pc;
+        const std::byte* lp = p + 18 * R + pc * 24 * R;
+        const vi h[2] = {V::load(lp + 16 * R), V::load(lp + 16 * R + C)};
+        vi i0[MR], i1[MR];
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const std::int32_t* q = qs + (m * blocks + j) * 2;
+          i0[m] = V::set1(-32 * q[0]);
+          i1[m] = V::set1(-32 * q[1]);
+        }
+        NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+          const vi l = V::load(lp + t * C);
+          // chunk t: high pair at bits 2 (t / 2) of plane t % 2; chunk t + 4: 4 bits higher
+          const vi hv = h[t % 2];
+          const vi h0 = t < 2 ? V::template sll16<4>(hv) : V::template sll16<2>(hv);
+          const vi h1 = t < 2 ? hv : V::template srl16<2>(hv);
+          const vi u0 = V::or_(V::and_(l, low4), V::and_(h0, bits45));
+          const vi u1 = V::or_(V::and_(V::template srl16<4>(l), low4), V::and_(h1, bits45));
+          NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+            i0[m] = V::dot(i0[m], u0, x4(m, 32 * j + 4 * t));
+            i1[m] = V::dot(i1[m], u1, x4(m, 32 * j + 16 + 4 * t));
+          }
+        }
+        const vf s0 = V::mul(d, V::s8(sc + 2 * pc * R)),
+                 s1 = V::mul(d, V::s8(sc + (2 * pc + 1) * R));
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const vf x = V::set1f(dx[m * blocks + j]);
+          acc[m] = V::fmadd(V::cvt(i0[m]), V::mul(s0, x), acc[m]);
+          acc[m] = V::fmadd(V::cvt(i1[m]), V::mul(s1, x), acc[m]);
+        }
+      }
+    }
+  }
+  NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+    float* ym = y + m * ldy;
+    if (rows == R) {
+      V::storef(ym, bias ? V::add(acc[m], V::loadf(bias)) : acc[m]);
+    } else {
+      alignas(64) float out[R];
+      V::storef(out, acc[m]);
+      for (std::size_t r = 0; r < rows; ++r) ym[r] = out[r] + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+#else
+// Portable: the same loops, one row of the tile at a time, in integers.
+template <weight_format F, std::size_t MR>
+void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
+               std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy) {
+  constexpr std::size_t R = tile_height, C = 4 * R;
+  constexpr std::size_t ub = tile_unit_bytes(F);
+  const std::size_t k = a.k, blocks = a.blocks;
+  const auto* t8 = reinterpret_cast<const std::uint8_t*>(tile);
+  const auto f16 = [](const std::uint8_t* p) {
+    return load_f16(reinterpret_cast<const std::byte*>(p));
+  };
+  for (std::size_t m = 0; m < MR; ++m) {
+    const std::int8_t* xq = a.codes.data() + (m0 + m) * k;
+    const float* dx = a.d.data() + (m0 + m) * blocks;
+    const float* tot = a.tot.data() + (m0 + m) * blocks;
+    const std::int32_t* qs = a.qsum.data() + (m0 + m) * blocks * 2;
+    for (std::size_t r = 0; r < rows; ++r) {
+      float acc = 0.0f;
+      // Σ over 4 codes of chunk byte pointer b (row r) with x from value v, code = get(byte)
+      const auto dot4 = [&](const std::uint8_t* b, std::size_t v, auto get) {
+        std::int32_t s = 0;
+        for (std::size_t i = 0; i < 4; ++i) s += get(b[r * 4 + i]) * xq[v + i];
+        return s;
+      };
+      for (std::size_t u = 0; u < units; ++u) {
+        const std::uint8_t* p = t8 + u * ub;
+        if constexpr (F == weight_format::q4_0) {
+          std::int32_t ia = -8 * (qs[2 * u] + qs[2 * u + 1]);
+          for (std::size_t t = 0; t < 4; ++t) {
+            ia += dot4(p + 2 * R + t * C, 32 * u + 4 * t, [](std::uint8_t b) { return b & 0xF; });
+            ia +=
+                dot4(p + 2 * R + t * C, 32 * u + 16 + 4 * t, [](std::uint8_t b) { return b >> 4; });
+          }
+          acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
+        } else if constexpr (F == weight_format::q8_0) {
+          std::int32_t ia = 0;
+          for (std::size_t t = 0; t < 8; ++t) {
+            ia += dot4(p + 2 * R + t * C, 32 * u + 4 * t,
+                       [](std::uint8_t b) { return static_cast<std::int8_t>(b); });
+          }
+          acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
+        } else if constexpr (F == weight_format::q4_k) {
+          const float d = f16(p + 2 * r), dmin = f16(p + 2 * R + 2 * r);
+          for (std::size_t pc = 0; pc < 8; ++pc) {
+            const std::size_t j = 8 * u + pc, c = pc / 2, shift = (pc % 2) * 4;
+            std::int32_t ia = 0;
+            for (std::size_t t = 0; t < 8; ++t) {
+              ia += dot4(p + 20 * R + (c * 8 + t) * C, 32 * j + 4 * t,
+                         [shift](std::uint8_t b) { return (b >> shift) & 0xF; });
+            }
+            const float s = d * static_cast<float>(p[4 * R + pc * R + r]);
+            const float mn = dmin * static_cast<float>(p[12 * R + pc * R + r]);
+            acc = std::fma(static_cast<float>(ia), s * dx[j], acc);
+            acc = std::fma(-mn, tot[j], acc);
+          }
+        } else if constexpr (F == weight_format::q6_k) {
+          const float d = f16(p + 2 * r);
+          for (std::size_t pc = 0; pc < 8; ++pc) {
+            const std::size_t j = 8 * u + pc;
+            const std::uint8_t* lp = p + 18 * R + pc * 24 * R;
+            std::int32_t ih[2] = {-32 * qs[2 * j], -32 * qs[2 * j + 1]};
+            for (std::size_t chunk = 0; chunk < 8; ++chunk) {
+              const std::uint8_t* lo = lp + (chunk % 4) * C;
+              const std::uint8_t* hi = lp + 16 * R + (chunk % 2) * C;
+              std::int32_t s = 0;
+              for (std::size_t i = 0; i < 4; ++i) {
+                const int q = ((lo[r * 4 + i] >> (chunk / 4 * 4)) & 0xF) |
+                              (((hi[r * 4 + i] >> (chunk / 2 * 2)) & 3) << 4);
+                s += q * xq[32 * j + 4 * chunk + i];
+              }
+              ih[chunk / 4] += s;
+            }
+            for (std::size_t h = 0; h < 2; ++h) {
+              const float s =
+                  d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + (2 * pc + h) * R + r]));
+              acc = std::fma(static_cast<float>(ih[h]), s * dx[j], acc);
+            }
+          }
+        }
+      }
+      y[m * ldy + r] = acc + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+#endif
+
+}  // namespace detail
+}  // namespace NPULLM_ISA_NAMESPACE
+}  // namespace npullm::ops
