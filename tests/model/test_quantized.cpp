@@ -790,13 +790,23 @@ fs::path cli_dir() {
 
 TEST(cli, gguf_written_by_npullm_quantize_loads_and_runs_as_quantize_at_load) {
   if (cli_dir().empty()) GTEST_SKIP() << "run through ctest (test_quantized_cli)";
-  const auto file = model_weights<npullm::bfloat16>::load_gguf(cli_dir() / "model-q4_0.gguf");
-  const auto at_load = model_weights<npullm::bfloat16>::load(
-      cli_dir() / "model", {.projections = quantization{weight_format::q4_0, 0},
-                            .embedding_and_head = quantization{weight_format::q8_0, 0}});
-  EXPECT_EQ(file->config().family, model::model_family::llama);
-  EXPECT_EQ(file->quantized_matrices(), at_load->quantized_matrices());
-  EXPECT_EQ(logits_bf16(file), logits_bf16(at_load));
+  const struct {
+    const char* file;
+    weight_format projections, embedding;
+  } files[] = {{"model-q4_0.gguf", weight_format::q4_0, weight_format::q8_0},
+               {"model-q5_1.gguf", weight_format::q5_1, weight_format::q4_1}};
+  for (const auto& f : files) {
+    SCOPED_TRACE(f.file);
+    const auto file = model_weights<npullm::bfloat16>::load_gguf(cli_dir() / f.file);
+    const auto at_load = model_weights<npullm::bfloat16>::load(
+        cli_dir() / "model", {.projections = quantization{f.projections, 0},
+                              .embedding_and_head = quantization{f.embedding, 0}});
+    EXPECT_EQ(file->config().family, model::model_family::llama);
+    EXPECT_EQ(file->quantized_matrices(), at_load->quantized_matrices());
+    EXPECT_EQ(file->layers[0].up.quantized->format, f.projections);
+    EXPECT_EQ(file->embed.quantized->format, f.embedding);
+    EXPECT_EQ(logits_bf16(file), logits_bf16(at_load));
+  }
 }
 
 TEST(cli, safetensors_written_by_npullm_quantize_loads_and_runs_as_quantize_at_load) {

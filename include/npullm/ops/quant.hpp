@@ -30,6 +30,31 @@
 //            value 128h + l + 96 high nibble of ql[64h + l + 32], bits 6-7 of qh[32h + l]
 //          (the nibble is the 6-bit q's low 4 bits, the two qh bits its high 2 bits)
 //          value[e] = (d * sc[e / 16]) * (q - 32),  q = 0..63
+//   q4_1   blocks of 32 values, 20 bytes:  [0..1] f16 d | [2..3] f16 m | [4..19] uint8 b[16]
+//          value[i] = (b[i] & 0xF) * d + m, value[i + 16] = (b[i] >> 4) * d + m
+//   q5_0   blocks of 32 values, 22 bytes:  [0..1] f16 d | [2..5] u32 qh | [6..21] uint8 b[16]
+//          q[i] = (b[i] & 0xF) | bit i of qh << 4, q[i + 16] = (b[i] >> 4) | bit i + 16 << 4,
+//          value = (q - 16) * d
+//   q5_1   blocks of 32 values, 24 bytes:  [0..1] f16 d | [2..3] f16 m | [4..7] u32 qh |
+//          [8..23] b[16]; q as q5_0's, value = q * d + m
+//   q5_k   super-blocks of 256 values, 176 bytes: [0..1] f16 d | [2..3] f16 dmin | [4..15]
+//          scales and mins packed as q4_k's | [16..47] uint8 qh[32] | [48..175] b[128] as q4_k's
+//          nibbles; value i of sub-block j: q = nibble | (bit j of qh[i]) << 4 (0..31),
+//          value = (d * sc[j]) * q - (dmin * m[j])
+//   q3_k   super-blocks of 256 values (16 sub-blocks of 16), 110 bytes: [0..31] uint8 hm[32] |
+//          [32..95] uint8 qs[64] | [96..107] s[12]: 16 six-bit scales | [108..109] f16 d
+//          value i of 32-value piece p = 4t + u (t = 0, 1; u = 0..3): q = (qs[32t + i] >> 2u) & 3,
+//          minus 4 where bit p of hm[i] is clear (q in -4..3); value = d * (sc[e / 16] - 32) * q
+//          with sc[i] = (i < 8 ? s[i] & 0xF : s[i - 8] >> 4) | ((s[8 + i % 4] >> 2 (i / 4)) & 3) << 4
+//   q2_k   super-blocks of 256 values (16 sub-blocks of 16), 84 bytes: [0..15] uint8 s[16]
+//          (low nibble: scale, high nibble: min of sub-block e / 16) | [16..79] uint8 qs[64] |
+//          [80..81] f16 d | [82..83] f16 dmin; q as q3_k's low two bits (0..3),
+//          value = (d * (s & 0xF)) * q - (dmin * (s >> 4))
+//   iq4_nl blocks of 32 values, 18 bytes as q4_0's, the nibble an index into a fixed table of 16
+//          int8 values (iq4_values): value[i] = d * iq4_values[nibble]
+//   iq4_xs super-blocks of 256 values, 136 bytes: [0..1] f16 d | [2..3] u16 sh | [4..7] sl[4] |
+//          [8..135] 8 pieces of 16 bytes as iq4_nl's; piece p's scale is d * (ls - 32) with
+//          ls = nibble p of sl (little-endian) | ((sh >> 2p) & 3) << 4
 //   int8_sym  npullm's NPU layout: data (N, K) int8 row-major; scales (N, K / G) row-major,
 //          f16 or f32; value[n][k] = q[n][k] * scale[n][k / G]. G = 32, 64, 128, or K (one
 //          group per output channel).
@@ -39,15 +64,20 @@
 //
 // The GGUF formats have no separate scales (scales is empty); their K must be a multiple of the
 // block (32 or 256). The symmetric formats take any K divisible by G (G = K for any K).
-// Quantizers (round to nearest; the f16 scale is rounded up to the next f16 when rounding to
-// nearest would make |x| / scale exceed the largest code, so every element stays within
-// scale / 2 of its value except where noted):
-//   q8_0, int8_sym  scale = absmax / 127, q = round(x / scale)
+// Dequantization gives ggml's floats bit for bit (the same products, never fused into an FMA).
+// Quantizers (round to nearest):
+//   int8_sym        scale = absmax / 127, q = round(x / scale)
 //   int4_sym        scale = absmax / 7,   q = round(x / scale)          (in [-7, 7])
-//   q4_0            d = -(the value of largest magnitude) / 8, q = clamp(round(x / d), -8, 7)
-//                   (as llama.cpp: the extreme maps to code -8 and uses all 16 levels; a value
-//                   of the opposite sign and magnitude > 7.5 |d| clamps to 7, error up to |d|)
-//   q4_k, q6_k      no quantizer (read from GGUF files only): quantize() raises unsupported.
+//                   (the f16 scale is rounded up to the next f16 where rounding to nearest would
+//                   make |x| / scale exceed the largest code: every element within scale / 2)
+//   q8_0, q4_0, q4_1, q5_0, q5_1: llama.cpp's reference quantizers, the same blocks bit for bit
+//                   (quant_detail::quantize_block32): q8_0 d = absmax / 127; q4_0 / q5_0
+//                   d = -(the value of largest magnitude) / 8 or / 16 (it maps to the lowest
+//                   code; a value of the other sign clamps to the top code, error up to |d|);
+//                   q4_1 / q5_1 d = (max - min) / 15 or / 31, m = min. The codes use the f32 d,
+//                   the block stores it as f16 (one more |code| · 2^-11 · d of error).
+//   q4_k, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs: no quantizer (read from GGUF files only):
+//                   quantize() raises unsupported.
 #pragma once
 
 #include <algorithm>
