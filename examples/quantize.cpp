@@ -4,6 +4,7 @@
 //   npullm_quantize <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]
 //
 //   FMT   q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (llama.cpp's round-to-nearest blocks, bit for bit) |
+//         q4_k | q5_k | q6_k (K = a multiple of 256; a least-squares search per sub-block) |
 //         int8 | int4 with an optional group: int4:128 (default for
 //         --projections), int8:32, int8 (one group per output channel: the default for
 //         --embedding), none (keep dense)
@@ -44,12 +45,13 @@ std::optional<model::quantization> parse_format(const std::string& s) {
              f && npullm::ops::is_block_format(*f) && npullm::ops::has_quantizer(*f)) {
     q.format = *f;
   } else if (f && npullm::ops::is_block_format(*f)) {
-    npullm::raise(npullm::error_code::unsupported, "npullm_quantize: format '", s,
-                  "' has no quantizer here (K-quants and IQ4 are read from llama.cpp's files); "
-                  "write q8_0, q4_0, q4_1, q5_0, q5_1, int8[:G] or int4[:G]");
+    npullm::raise(
+        npullm::error_code::unsupported, "npullm_quantize: format '", s,
+        "' has no quantizer here (q2_k, q3_k, iq4_nl and iq4_xs are read from llama.cpp's files); "
+        "write q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, int8[:G] or int4[:G]");
   } else {
     npullm::raise(npullm::error_code::invalid_argument, "npullm_quantize: format '", s,
-                  "' (q8_0, q4_0, q4_1, q5_0, q5_1, int8[:G], int4[:G], none)");
+                  "' (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, int8[:G], int4[:G], none)");
   }
   return q;
 }
@@ -78,8 +80,8 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]\n"
-        "  FMT: q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | int8[:G] | int4[:G] | none (G = 32, 64, "
-        "128; none given: "
+        "  FMT: q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k | int8[:G] | int4[:G] | "
+        "none (G = 32, 64, 128; none given: "
         "one group per output channel)\n",
         argv[0]);
     return 2;

@@ -301,7 +301,7 @@ TEST(quantize_at_load, automatic_repacks_quantized_projections_into_tiles) {
 TEST(quantize_at_load, refuses_a_format_without_a_quantizer_and_a_bad_group) {
   try {
     (void)model_weights<float>::load(tiny_dir("tiny"),
-                                     {.projections = quantization{weight_format::q4_k, 0}});
+                                     {.projections = quantization{weight_format::q3_k, 0}});
     FAIL();
   } catch (const npullm::error& e) {
     EXPECT_EQ(e.code(), error_code::unsupported);
