@@ -4,7 +4,8 @@
 //   npullm_quantize <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]
 //
 //   FMT   q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (llama.cpp's round-to-nearest blocks, bit for bit) |
-//         q4_k | q5_k | q6_k (K = a multiple of 256; a least-squares search per sub-block) |
+//         q2_k | q3_k | q4_k | q5_k | q6_k | iq4_xs (K a multiple of 256) | iq4_nl (a
+//         least-squares search per sub-block; error no worse than llama-quantize's) |
 //         int8 | int4 with an optional group: int4:128 (default for
 //         --projections), int8:32, int8 (one group per output channel: the default for
 //         --embedding), none (keep dense)
@@ -42,16 +43,12 @@ std::optional<model::quantization> parse_format(const std::string& s) {
   } else if (name == "int4") {
     q.format = weight_format::int4_sym;
   } else if (const auto f = npullm::ops::weight_format_from_string(name);
-             f && npullm::ops::is_block_format(*f) && npullm::ops::has_quantizer(*f)) {
+             f && npullm::ops::is_block_format(*f)) {
     q.format = *f;
-  } else if (f && npullm::ops::is_block_format(*f)) {
-    npullm::raise(
-        npullm::error_code::unsupported, "npullm_quantize: format '", s,
-        "' has no quantizer here (q2_k, q3_k, iq4_nl and iq4_xs are read from llama.cpp's files); "
-        "write q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, int8[:G] or int4[:G]");
   } else {
     npullm::raise(npullm::error_code::invalid_argument, "npullm_quantize: format '", s,
-                  "' (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, int8[:G], int4[:G], none)");
+                  "' (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
+                  "int8[:G], int4[:G], none)");
   }
   return q;
 }
@@ -80,7 +77,8 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]\n"
-        "  FMT: q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k | int8[:G] | int4[:G] | "
+        "  FMT: q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k .. q6_k | iq4_nl | iq4_xs | int8[:G] | "
+        "int4[:G] | "
         "none (G = 32, 64, 128; none given: "
         "one group per output channel)\n",
         argv[0]);

@@ -1,6 +1,7 @@
 // Quantized weight formats: a runtime description of a quantized (N, K) matrix W (rows = output
 // channels, the Hugging Face / GGUF layout), its dequantize-to-f32 reference, and round-to-
-// nearest quantizers. The fused kernels that read these blocks are in ops/quant_linear.hpp.
+// nearest (or least-squares) quantizers. The fused kernels that read these blocks are in
+// ops/quant_linear.hpp.
 //
 // Bit layouts (all little-endian; "f16" is IEEE binary16; rows are stored one after another and
 // a row is a whole number of blocks, so row n starts at byte n * row_bytes):
@@ -77,13 +78,14 @@
 //                   code; a value of the other sign clamps to the top code, error up to |d|);
 //                   q4_1 / q5_1 d = (max - min) / 15 or / 31, m = min. The codes use the f32 d,
 //                   the block stores it as f16 (one more |code| · 2^-11 · d of error).
-//   q4_k, q5_k, q6_k: per sub-block (32 values; q6_k: 16) a least-squares fit of scale (and
-//                   min) over 21 candidate roundings (quant_detail::fit_sub_block), the
-//                   sub-blocks' factors rounded to the super-block's 6-bit (q6_k: int8) grid,
-//                   then every value rounded to the nearest code under the stored factors. On
-//                   llama.cpp's test model its squared error is 0.95-1.0 of llama-quantize's.
-//   q3_k, q2_k, iq4_nl, iq4_xs: no quantizer (read from GGUF files only): quantize() raises
-//                   unsupported.
+//   q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs: per sub-block (32 values; q2_k, q3_k, q6_k: 16) a
+//                   least-squares fit of scale (and min) over 21 candidate roundings
+//                   (quant_detail::fit_sub_block, fit_iq4), the sub-blocks' factors rounded to
+//                   the super-block's grid (6 bits; q2_k 4; q6_k int8) against its f16 factors,
+//                   then every value rounded to the nearest code under the stored factors;
+//   iq4_nl          the same least-squares scale over the table, per block of 32.
+//                   On llama.cpp's test model their squared error is 0.83-1.0 of
+//                   llama-quantize's (no importance matrix).
 #pragma once
 
 #include <algorithm>
@@ -231,14 +233,6 @@ constexpr std::size_t block_bytes(weight_format f) noexcept {
     case weight_format::int4_sym: return 0;
   }
   return 0;
-}
-
-// Whether quantize() writes the format (the others are read from GGUF files only).
-constexpr bool has_quantizer(weight_format f) noexcept {
-  return f == weight_format::q8_0 || f == weight_format::q4_0 || f == weight_format::q4_1 ||
-         f == weight_format::q5_0 || f == weight_format::q5_1 || f == weight_format::q4_k ||
-         f == weight_format::q5_k || f == weight_format::q6_k || f == weight_format::int8_sym ||
-         f == weight_format::int4_sym;
 }
 
 // Bytes of one row of `cols` values in data (scales excluded).
@@ -647,6 +641,61 @@ inline int round_code(float x, float inv, int lo, int hi) noexcept {
   return std::clamp(q, lo, hi);
 }
 
+// The nearest of IQ4's 16 values times d to each of 32 values x, as the block's 16 bytes of
+// nibbles (value i: low nibble of byte i, value i + 16: high nibble).
+inline void iq4_codes(const float* x, float d, std::uint8_t* out) noexcept {
+  for (int i = 0; i < 16; ++i) out[i] = 0;
+  for (int i = 0; i < 32; ++i) {
+    int best = 0;
+    float err = INFINITY;
+    for (int c = 0; c < 16; ++c) {
+      const float e = std::fabs(x[i] - d * static_cast<float>(iq4_values[c]));
+      if (e < err) {
+        err = e;
+        best = c;
+      }
+    }
+    out[i % 16] = static_cast<std::uint8_t>(out[i % 16] | (best << (i < 16 ? 0 : 4)));
+  }
+}
+
+// IQ4's scale for 32 values x (least squares): 21 candidates that map the extreme near the
+// table's ends, each value to its nearest table value, d refit to those values; the best fit.
+inline float fit_iq4(const float* x) noexcept {
+  float extreme = 0.0f;
+  for (int i = 0; i < 32; ++i)
+    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  if (extreme == 0.0f) return 0.0f;
+  double best = INFINITY;
+  float out = extreme / -127.0f;
+  for (int step = -10; step <= 10; ++step) {
+    const float d0 = extreme / (-127.0f + 2.0f * static_cast<float>(step));
+    double svx = 0, svv = 0;
+    int v[32];
+    for (int i = 0; i < 32; ++i) {
+      float err = INFINITY;
+      for (int c = 0; c < 16; ++c) {
+        const float e = std::fabs(x[i] - d0 * static_cast<float>(iq4_values[c]));
+        if (e < err) {
+          err = e;
+          v[i] = iq4_values[c];
+        }
+      }
+      svx += static_cast<double>(v[i]) * x[i];
+      svv += static_cast<double>(v[i]) * v[i];
+    }
+    if (svv <= 0) continue;
+    const double d = svx / svv;
+    double err = 0;
+    for (int i = 0; i < 32; ++i) err += (d * v[i] - x[i]) * (d * v[i] - x[i]);
+    if (err < best) {
+      best = err;
+      out = static_cast<float>(d);
+    }
+  }
+  return out;
+}
+
 // One block of 32 values x of a 32-value GGUF format into its bytes b, rounding to nearest as
 // llama.cpp's reference quantizers do (the same float operations, so the same blocks):
 //   symmetric (q8_0, q4_0, q5_0): d from the block's extreme (q8_0: absmax / 127; q4_0 / q5_0:
@@ -659,6 +708,12 @@ inline int round_code(float x, float inv, int lo, int hi) noexcept {
 // the other sign than the extreme to the top code, off by up to |d|).
 inline void quantize_block32(weight_format f, const float* x, std::byte* b) noexcept {
   auto* u8 = reinterpret_cast<std::uint8_t*>(b);
+  if (f == weight_format::iq4_nl) {  // a least-squares scale over the table (fit_iq4)
+    const float16 d16(fit_iq4(x));
+    store_f16(b, d16);
+    iq4_codes(x, static_cast<float>(d16), u8 + 2);
+    return;
+  }
   if (f == weight_format::q8_0) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
@@ -816,6 +871,74 @@ inline void quantize_super_block(weight_format f, const float* x, std::byte* b) 
     }
     return;
   }
+  if (f == weight_format::q3_k || f == weight_format::q2_k) {
+    const bool three = f == weight_format::q3_k;
+    float sc[16], mn[16], extreme = 0.0f, max_mn = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      float bj;
+      fit_sub_block(x + 16 * j, 16, 3, !three, sc[j], bj);
+      mn[j] = -bj;
+      if (three ? std::fabs(sc[j]) > std::fabs(extreme) : sc[j] > extreme) extreme = sc[j];
+      max_mn = std::max(max_mn, mn[j]);
+    }
+    // q3_k: signed 6-bit scales (−32..31; the extreme maps to −32); q2_k: 4-bit scales and mins
+    const float16 d16(three ? extreme / -32.0f : extreme / 15.0f), m16(max_mn / 15.0f);
+    const float d = static_cast<float>(d16), dm = three ? 0.0f : static_cast<float>(m16);
+    std::uint8_t* qs = u8 + (three ? 32 : 16);
+    std::fill_n(u8, block_bytes(f), std::uint8_t{0});
+    if (three) {
+      store_f16(b + 108, d16);
+    } else {
+      store_f16(b + 80, d16);
+      store_f16(b + 82, m16);
+    }
+    for (int j = 0; j < 16; ++j) {
+      int is, im = 0;
+      if (three) {
+        is = d != 0.0f ? std::clamp(static_cast<int>(std::nearbyint(sc[j] / d)), -32, 31) : 0;
+        const int v = is + 32;  // q3_k_scale's inverse
+        std::uint8_t* s = u8 + 96;
+        s[j % 8] = static_cast<std::uint8_t>(s[j % 8] | ((v & 0xF) << (j < 8 ? 0 : 4)));
+        s[8 + j % 4] = static_cast<std::uint8_t>(s[8 + j % 4] | ((v >> 4) << (2 * (j / 4))));
+      } else {
+        is = d > 0.0f ? std::min(15, static_cast<int>(std::nearbyint(sc[j] / d))) : 0;
+        im = dm > 0.0f ? std::min(15, static_cast<int>(std::nearbyint(mn[j] / dm))) : 0;
+        u8[j] = static_cast<std::uint8_t>(is | (im << 4));
+      }
+      const float step = d * static_cast<float>(is), off = dm * static_cast<float>(im);
+      for (int i = 0; i < 16; ++i) {
+        const int e = 16 * j + i, p = e / 32, at = e % 32;  // piece p = 4t + u, value at
+        const int c = step != 0.0f ? static_cast<int>(std::nearbyint((x[e] + off) / step)) : 0;
+        const int u = three ? std::clamp(c, -4, 3) + 4 : std::clamp(c, 0, 3);
+        qs[32 * (p / 4) + at] =
+            static_cast<std::uint8_t>(qs[32 * (p / 4) + at] | ((u & 3) << (2 * (p % 4))));
+        if (three && u >= 4) u8[at] = static_cast<std::uint8_t>(u8[at] | (1 << p));
+      }
+    }
+    return;
+  }
+  if (f == weight_format::iq4_xs) {
+    float sc[8], extreme = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = fit_iq4(x + 32 * j);
+      if (std::fabs(sc[j]) > std::fabs(extreme)) extreme = sc[j];
+    }
+    const float16 d16(extreme / -32.0f);
+    const float d = static_cast<float>(d16);
+    std::fill_n(u8, 136, std::uint8_t{0});
+    store_f16(b, d16);
+    std::uint16_t sh = 0;
+    for (int j = 0; j < 8; ++j) {
+      const int is =
+          d != 0.0f ? std::clamp(static_cast<int>(std::nearbyint(sc[j] / d)), -32, 31) : 0;
+      const int v = is + 32;
+      u8[4 + j / 2] = static_cast<std::uint8_t>(u8[4 + j / 2] | ((v & 0xF) << (4 * (j % 2))));
+      sh = static_cast<std::uint16_t>(sh | ((v >> 4) << (2 * j)));
+      iq4_codes(x + 32 * j, d * static_cast<float>(is), u8 + 8 + 16 * j);
+    }
+    std::memcpy(b + 2, &sh, 2);
+    return;
+  }
   // q4_k, q5_k
   const bool five = f == weight_format::q5_k;
   const int top = five ? 31 : 15;
@@ -864,14 +987,10 @@ inline void quantize_super_block(weight_format f, const float* x, std::byte* b) 
 
 // Quantizes w (N, K) f32 to `format` (see the top of this file). group and scale_type apply to
 // *_sym only (group 32, 64, 128 or K; scale f16 or f32); K a multiple of the block
-// (invalid_shape); q3_k, q2_k, iq4_nl, iq4_xs: unsupported (no quantizer).
+// (invalid_shape).
 inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format format,
                                  std::size_t group = 0, dtype scale_type = dtype::f16) {
   const std::size_t n = w.extent(0), k = w.extent(1);
-  if (is_block_format(format) && !has_quantizer(format)) {
-    raise(error_code::unsupported, "quantize: no quantizer for ", to_string(format),
-          " (read it from a GGUF file)");
-  }
   if (is_block_format(format) && k % block_values(format) != 0) {
     raise(error_code::invalid_shape, "quantize: ", to_string(format), " K = ", k,
           " is not a multiple of its block of ", block_values(format));
