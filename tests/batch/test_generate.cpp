@@ -5,11 +5,14 @@
 
 #include "support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "npullm/batch/generate.hpp"
@@ -200,6 +203,238 @@ TEST(Generator, BadRequestsAreRejected) {
   // Only npullm::error escapes, here out_of_range for a request that was never submitted.
   npullm::testing::expect_error([&] { (void)g.result(5); }, error_code::out_of_range,
                                 "result of request 5; 0 were submitted");
+}
+
+// ---- sampling controls per request -----------------------------------------------------------
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+
+// The tests' detokenizer: two letters a token, so a stop string can span tokens.
+std::string letters(std::int32_t t) {
+  return {static_cast<char>('a' + t % 26), static_cast<char>('a' + (t / 26) % 26)};
+}
+
+TEST(GeneratorSampling, EachRequestKeepsItsOwnSettingsInABatch) {
+  request base;
+  base.prompt = prompt(12, 5);
+  base.max_new_tokens = 10;
+  const auto free_run = alone(base);
+  std::vector<request> rs(6, base);
+  rs[0].sampling.logit_bias = {{free_run[0], -inf}};  // greedy, its first token banned
+  rs[1].prompt = prompt(30, 6);  // greedy, a presence penalty that forbids any repeat
+  rs[1].sampling = {.presence_penalty = 1e4f, .penalty_last_n = 1000};
+  rs[2].sampling = {.temperature = 1.5f, .min_p = 0.5f};
+  rs[2].seed = 3;
+  bool contexts_ok = true;  // the processor sees the prompt and the tokens so far
+  rs[3].prompt = prompt(20, 7);
+  rs[3].sampling = {
+      .temperature = 1.0f,
+      .processor = [&, p = rs[3].prompt](std::span<const std::int32_t> ctx, std::span<float> row) {
+        contexts_ok =
+            contexts_ok && ctx.size() >= p.size() && std::equal(p.begin(), p.end(), ctx.begin());
+        for (std::size_t t = 100; t < row.size(); ++t) row[t] = -inf;
+      }};
+  rs[3].seed = 4;
+  rs[4].sampling = {.temperature = 0.9f, .repeat_penalty = 1.3f, .frequency_penalty = 0.2f};
+  rs[4].seed = 5;
+  rs[4].logprobs = true;
+  rs[4].top_logprobs = 3;
+  rs[5].prompt = prompt(9, 8);
+  rs[5].sampling = {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .min_p = 0.05f};
+  rs[5].seed = 6;
+
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 2048});
+  generator<lm_t> g(lm, {.max_batch = 6});
+  std::vector<std::size_t> ids;
+  for (const auto& r : rs) ids.push_back(g.submit(r));
+  g.run();
+  EXPECT_EQ(g.stats().max_running, 6u);
+  for (std::size_t i = 0; i < rs.size(); ++i)
+    EXPECT_EQ(g.result(ids[i]).tokens, alone(rs[i])) << "request " << i;
+  const auto& banned = g.result(ids[0]).tokens;
+  EXPECT_EQ(std::count(banned.begin(), banned.end(), free_run[0]), 0);
+  EXPECT_NE(banned, free_run);
+  std::vector<std::int32_t> seen = rs[1].prompt;  // no token twice, prompt included
+  for (std::int32_t t : g.result(ids[1]).tokens) {
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), t), 0) << t;
+    seen.push_back(t);
+  }
+  for (std::int32_t t : g.result(ids[3]).tokens) EXPECT_LT(t, 100);
+  EXPECT_TRUE(contexts_ok);
+  const generation& lp = g.result(ids[4]);
+  ASSERT_EQ(lp.logprobs.size(), lp.tokens.size());
+  for (std::size_t i = 0; i < lp.tokens.size(); ++i) {
+    EXPECT_EQ(lp.logprobs[i].chosen.token, lp.tokens[i]);
+    ASSERT_EQ(lp.logprobs[i].top.size(), 3u);
+    EXPECT_LE(lp.logprobs[i].chosen.logprob, 0.0);
+    EXPECT_LE(lp.logprobs[i].chosen.logprob, lp.logprobs[i].top[0].logprob);
+    double mass = 0;
+    for (const auto& e : lp.logprobs[i].top) mass += std::exp(e.logprob);
+    EXPECT_LE(mass, 1.0 + 1e-9);
+  }
+  EXPECT_TRUE(g.result(ids[0]).logprobs.empty());  // only when asked for
+}
+
+// A greedy request's log-probabilities are the log-softmax of the logits the pipeline gives
+// for its context (checked token by token against a batch-1 run of the same pipeline).
+TEST(GeneratorSampling, LogprobsAreTheRawLogitsLogSoftmax) {
+  request r;
+  r.prompt = prompt(15, 9);
+  r.max_new_tokens = 5;
+  r.logprobs = true;
+  r.top_logprobs = 2;
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
+  generator<lm_t> g(lm);
+  const auto id = g.submit(r);
+  g.run();
+  const generation& out = g.result(id);
+  ASSERT_EQ(out.logprobs.size(), 5u);
+  contiguous_lm_t flat(tiny_weights(), {.max_sequence = 512});
+  std::vector<std::int32_t> context = r.prompt;
+  for (std::size_t i = 0; i < out.tokens.size(); ++i) {
+    flat.reset();
+    const step_output step = flat.prefill(context);
+    const auto row = step.logits_of(context.size() - 1);
+    double top = -inf, sum = 0;
+    for (float v : row) top = std::max(top, static_cast<double>(v));
+    for (float v : row) sum += std::exp(static_cast<double>(v) - top);
+    const double want = row[static_cast<std::size_t>(out.tokens[i])] - top - std::log(sum);
+    EXPECT_NEAR(out.logprobs[i].chosen.logprob, want, 1e-4) << i;
+    EXPECT_EQ(out.logprobs[i].top[0].token, out.tokens[i]);  // greedy: the most likely
+    context.push_back(out.tokens[i]);
+  }
+}
+
+TEST(GeneratorSampling, StopStringsAcrossTokensLeaveTheStopStringOut) {
+  request r;
+  r.prompt = prompt(10, 3);
+  r.max_new_tokens = 12;
+  r.detokenize = letters;
+  r.logprobs = true;
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
+  generator<lm_t> free_gen(lm);
+  const auto free_id = free_gen.submit(r);
+  free_gen.run();
+  const generation free_run = free_gen.result(free_id);
+  ASSERT_EQ(free_run.tokens.size(), 12u);
+  std::string all;
+  for (std::int32_t t : free_run.tokens) all += letters(t);
+  EXPECT_EQ(free_run.text, all);
+  // Starts in the second letter of token 2, ends in the first of token 4.
+  const std::string stop = all.substr(5, 4);
+  const std::size_t at = all.find(stop);
+  const std::size_t completing = (at + stop.size() - 1) / 2;
+  ASSERT_LT(at / 2, completing);  // it spans tokens
+  r.stop_strings = {"this never occurs", stop};
+  std::string streamed;
+  std::size_t text_calls = 0, finished_calls = 0;
+  r.on_text = [&](std::string_view piece, bool finished) {
+    EXPECT_EQ(finished_calls, 0u);  // nothing after the end
+    streamed += piece;
+    ++text_calls;
+    finished_calls += finished ? 1 : 0;
+  };
+  generator<lm_t> g(lm);
+  const auto id = g.submit(r);
+  std::vector<std::int32_t> sampled;
+  bool last_finished = false;
+  g.run([&](std::size_t, std::int32_t t, bool finished) {
+    sampled.push_back(t);
+    last_finished = finished;
+  });
+  const generation& out = g.result(id);
+  EXPECT_EQ(out.finish, finish_reason::stop);
+  EXPECT_EQ(out.stop_string, 1u);
+  EXPECT_EQ(out.tokens, std::vector<std::int32_t>(
+                            free_run.tokens.begin(),
+                            free_run.tokens.begin() + static_cast<std::ptrdiff_t>(completing)));
+  EXPECT_EQ(out.logprobs.size(), out.tokens.size());
+  EXPECT_EQ(out.text, all.substr(0, at));
+  // Streamed: the same text, in more than one piece, finished once; the token callback saw the
+  // completing token too.
+  EXPECT_EQ(streamed, out.text);
+  EXPECT_GT(text_calls, 1u);
+  EXPECT_EQ(finished_calls, 1u);
+  EXPECT_EQ(sampled.size(), completing + 1);
+  EXPECT_EQ(sampled.back(), free_run.tokens[completing]);
+  EXPECT_TRUE(last_finished);
+  // A request that ends by length streams all of its text.
+  request plain = r;
+  plain.stop_strings = {"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"};
+  streamed.clear();
+  finished_calls = 0;
+  const auto id2 = g.submit(plain);
+  g.run();
+  EXPECT_EQ(g.result(id2).finish, finish_reason::length);
+  EXPECT_EQ(streamed, all);
+  EXPECT_EQ(finished_calls, 1u);
+}
+
+// Streamed text never stops inside a UTF-8 character that a later token completes.
+TEST(GeneratorSampling, StreamedTextKeepsUtf8CharactersWhole) {
+  request r;
+  r.prompt = prompt(10, 4);
+  r.max_new_tokens = 24;
+  r.sampling = {.temperature = 1.0f};
+  r.seed = 2;
+  // A 3-byte character in two tokens ("\xE2\x82" + "\xAC" is the euro sign), and ASCII.
+  r.detokenize = [](std::int32_t t) -> std::string {
+    return t % 3 == 0 ? "\xE2\x82" : t % 3 == 1 ? "\xAC" : "a";
+  };
+  std::string streamed;
+  std::size_t held = 0;  // calls that held bytes back
+  r.on_text = [&](std::string_view piece, bool finished) {
+    streamed += piece;
+    if (!finished) EXPECT_EQ(incomplete_utf8_tail(streamed), 0u) << streamed.size();
+  };
+  lm_t lm(tiny_weights(), {.max_sequence = 512});
+  generator<lm_t> g(lm);
+  const auto id = g.submit(r);
+  std::string all;
+  g.run([&](std::size_t, std::int32_t t, bool) {
+    held += streamed.size() < all.size() ? 1 : 0;  // after the previous token
+    all += r.detokenize(t);
+  });
+  EXPECT_EQ(g.result(id).text, all);
+  EXPECT_EQ(streamed, all);
+  EXPECT_GT(held, 0u);  // some token did end inside a character
+}
+
+TEST(GeneratorSampling, BadSettingsAreRejectedAndChangeNothing) {
+  lm_t lm(tiny_weights(), {.max_sequence = 64});
+  generator<lm_t> g(lm);
+  auto expect_reject = [&](request r, const std::string& fragment) {
+    npullm::testing::expect_error([&] { g.submit(std::move(r)); }, error_code::invalid_argument,
+                                  fragment);
+  };
+  const request ok{.prompt = {1, 2}, .max_new_tokens = 2};
+  auto with = [&](auto change) {
+    request r = ok;
+    change(r);
+    return r;
+  };
+  expect_reject(with([](request& r) { r.sampling.penalty_last_n = -1; }),
+                "request 0: sampler: penalty_last_n -1 must be >= 0");
+  expect_reject(with([](request& r) { r.sampling.min_p = 2.0f; }), "min_p 2 outside [0, 1]");
+  expect_reject(with([](request& r) {
+                  r.sampling.logit_bias = {{3, std::numeric_limits<float>::quiet_NaN()}};
+                }),
+                "logit_bias 0 (token 3, bias nan)");
+  expect_reject(with([](request& r) {
+                  r.sampling.logit_bias = {{600, -inf}};
+                }),
+                "request 0: logit_bias token 600 outside the vocabulary of 512");
+  expect_reject(with([](request& r) {
+                  r.detokenize = letters;
+                  r.stop_strings = {"ab", ""};
+                }),
+                "request 0: stop string 1 is empty");
+  expect_reject(with([](request& r) { r.stop_strings = {"ab"}; }), "need a detokenize callback");
+  expect_reject(with([](request& r) { r.on_text = [](std::string_view, bool) {}; }),
+                "need a detokenize callback");
+  expect_reject(with([](request& r) { r.top_logprobs = 3; }), "top_logprobs 3 without logprobs");
+  EXPECT_TRUE(g.done());
+  EXPECT_EQ(g.submit(ok), 0u);  // nothing was queued
 }
 
 }  // namespace

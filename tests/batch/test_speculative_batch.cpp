@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -220,6 +221,75 @@ TEST(SpeculativeGenerator, SampledRequestsBesideGreedyOnes) {
     for (auto t : first[i]) EXPECT_TRUE(t >= 0 && t < 512);
   }
   EXPECT_GE(static_cast<double>(a.stats().accepted), 0.9 * static_cast<double>(a.stats().proposed));
+}
+
+// The sampler's chain inside speculative rounds: greedy requests with a ban, penalties (whose
+// window must include the round's earlier proposals), a processor, stop strings and logprobs
+// give exactly the plain generator's results; sampled ones keep the processor's mask.
+TEST(SpeculativeGenerator, SamplingControlsAsInPlainDecoding) {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  auto rs = ref().requests;
+  auto letters = [](std::int32_t t) {
+    return std::string{static_cast<char>('a' + t % 26), static_cast<char>('a' + (t / 26) % 26)};
+  };
+  const logits_processor below_200 = [](std::span<const std::int32_t>, std::span<float> row) {
+    for (std::size_t t = 200; t < row.size(); ++t) row[t] = -inf;
+  };
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    rs[i].sampling.repeat_penalty = 1.5f;
+    rs[i].sampling.frequency_penalty = 0.3f;
+    rs[i].sampling.penalty_last_n = 16;
+    rs[i].logprobs = true;
+    rs[i].top_logprobs = 2;
+  }
+  rs[0].sampling.logit_bias = {{ref().batched[0][0], -inf}};
+  rs[1].sampling.processor = below_200;
+  rs[2].detokenize = letters;
+  rs[3].sampling = {.temperature = 0.9f, .presence_penalty = 0.5f, .processor = below_200};
+  rs[3].seed = 9;
+  block_lm lm(target_weights(), {.max_sequence = 256, .kv_capacity = 2048});
+  generator<block_lm> plain(lm, {.max_batch = 6});
+  std::vector<std::size_t> plain_ids;
+  for (const auto& r : rs) plain_ids.push_back(plain.submit(r));
+  plain.run();
+  // A stop string across tokens 3 and 4 of request 2's plain output.
+  const std::string text = plain.result(plain_ids[2]).text;
+  ASSERT_GE(text.size(), 10u);
+  rs[2].stop_strings = {text.substr(7, 2)};
+  const std::size_t stop_plain = plain.submit(rs[2]);
+  plain.run();
+  ASSERT_EQ(plain.result(stop_plain).finish, finish_reason::stop);
+  for (std::size_t layers : {1, 2}) {
+    self_draft<block_lm> self(lm, layers);
+    generator<block_lm, self_draft<block_lm>> g(lm, self, {.max_batch = 6, .draft_tokens = 3});
+    std::vector<std::size_t> ids;
+    for (const auto& r : rs) ids.push_back(g.submit(r));
+    g.run();
+    EXPECT_GT(g.stats().accepted, 0u) << layers;
+    EXPECT_LT(g.stats().accepted, g.stats().proposed) << layers;  // rejections too
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      const generation& got = g.result(ids[i]);
+      const generation& want = plain.result(i == 2 ? stop_plain : plain_ids[i]);
+      ASSERT_EQ(got.logprobs.size(), got.tokens.size());
+      for (std::size_t t = 0; t < got.tokens.size(); ++t)
+        EXPECT_EQ(got.logprobs[t].chosen.token, got.tokens[t]);
+      if (i == 3) {  // sampled: only the mask can be checked
+        for (std::int32_t t : got.tokens) EXPECT_LT(t, 200);
+        continue;
+      }
+      EXPECT_EQ(got.tokens, want.tokens) << "request " << i << ", layers " << layers;
+      EXPECT_EQ(got.text, want.text) << "request " << i;
+      EXPECT_EQ(got.finish, want.finish) << "request " << i;
+      ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+      for (std::size_t t = 0; t < got.logprobs.size(); ++t) {
+        EXPECT_NEAR(got.logprobs[t].chosen.logprob, want.logprobs[t].chosen.logprob, 1e-4);
+        EXPECT_EQ(got.logprobs[t].top[0].token, want.logprobs[t].top[0].token);
+      }
+    }
+    EXPECT_NE(g.result(ids[0]).tokens[0], ref().batched[0][0]);  // the ban held
+    for (std::int32_t t : g.result(ids[1]).tokens) EXPECT_LT(t, 200);
+    EXPECT_EQ(lm.kv_pool().free_count(), lm.kv_pool().total_count());
+  }
 }
 
 TEST(SpeculativeGenerator, BadOptionsAndDraftsAreRefused) {

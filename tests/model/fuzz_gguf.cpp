@@ -1,6 +1,8 @@
 // libFuzzer harness over the GGUF parser: any byte string either parses, with the invariants
 // below holding for what it returns, or raises npullm::error with corrupt_data (or unsupported,
-// for a version other than 3 or a big-endian file); anything else is a bug. Built with clang
+// for a version other than 3 or a big-endian file); anything else is a bug. A parsed file then
+// goes through the model reader (model::read_gguf_model: the architecture keys, RoPE factor
+// tensors), which must give a config or raise corrupt_data or unsupported. Built with clang
 // when it is available (target fuzz_gguf); test_gguf replays the corpus (tests/model/corpus_gguf)
 // through the same check, so those inputs run in CI without libFuzzer.
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "npullm/io/gguf.hpp"
+#include "npullm/model/gguf_model.hpp"
 
 namespace npullm_fuzz_gguf {
 
@@ -119,6 +122,20 @@ inline void run_one(std::span<const std::byte> bytes) {
     (void)touched;
   } catch (const npullm::error& e) {
     throw violation(std::string("accessor threw on a parsed file: ") + e.what());
+  }
+  // The model reader over what parsed: a config, or corrupt_data / unsupported.
+  try {
+    const gguf_header& h = *parsed;
+    const auto info = npullm::model::read_gguf_model(h, [&](const gguf_tensor_info& t) {
+      return bytes.subspan(h.data_offset + static_cast<std::size_t>(t.offset), t.nbytes);
+    });
+    require(info.config.num_hidden_layers > 0 && info.config.head_dim % 2 == 0, "config sizes");
+    require(info.config.layer_windows.size() == info.config.num_hidden_layers, "windows");
+  } catch (const npullm::error& e) {
+    if (e.code() != npullm::error_code::corrupt_data &&
+        e.code() != npullm::error_code::unsupported) {
+      throw violation(std::string("model reader: unexpected error code: ") + e.what());
+    }
   }
 }
 

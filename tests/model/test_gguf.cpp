@@ -697,6 +697,92 @@ TEST(Gguf, FuzzCorpusReplays) {
   EXPECT_GE(files, 5u);
 }
 
+// A small model header of each architecture the model reader maps (keys, token_embd and the
+// RoPE factor tensors it reads; the layers' tensors are not needed to read the config): seeds
+// that take the fuzzer into model::read_gguf_model's branches.
+std::vector<std::pair<std::string, std::vector<std::byte>>> architecture_seeds() {
+  std::vector<std::pair<std::string, std::vector<std::byte>>> out;
+  auto model = [](const std::string& arch) {
+    gguf_writer w;
+    const std::string p = arch + ".";
+    w.add("general.architecture", arch).add("general.type", "model");
+    w.add(p + "block_count", std::uint32_t{1}).add(p + "embedding_length", std::uint32_t{8});
+    w.add(p + "feed_forward_length", std::uint32_t{16});
+    w.add(p + "attention.head_count", std::uint32_t{2});
+    w.add(p + "attention.head_count_kv", std::uint32_t{1});
+    w.add(p + "attention.key_length", std::uint32_t{4});
+    w.add(p + "attention.value_length", std::uint32_t{4});
+    w.add(p + "attention.layer_norm_rms_epsilon", 1e-6f).add(p + "rope.freq_base", 10000.0f);
+    w.add(p + "context_length", std::uint32_t{128}).add(p + "vocab_size", std::uint32_t{4});
+    w.add("tokenizer.ggml.model", "none").add("general.quantization_version", std::uint32_t{2});
+    w.add_tensor("token_embd.weight", ggml_type::f32, {4, 8}, std::vector<std::byte>(128));
+    return w;
+  };
+  const std::vector<float> two{1.0f, 2.5f};
+  {
+    gguf_writer w = model("qwen3");
+    out.emplace_back("arch_qwen3", w.image());
+  }
+  {
+    gguf_writer w = model("llama");
+    w.add_tensor("rope_freqs.weight", ggml_type::f32, {2}, std::as_bytes(std::span(two)));
+    out.emplace_back("arch_llama_rope_freqs", w.image());
+  }
+  {
+    gguf_writer w = model("phi3");
+    w.add("phi3.rope.scaling.original_context_length", std::uint32_t{32});
+    w.add("phi3.rope.scaling.attn_factor", 1.2f).add("phi3.attention.sliding_window", 0u);
+    w.add_tensor("rope_factors_long.weight", ggml_type::f32, {2}, std::as_bytes(std::span(two)));
+    w.add_tensor("rope_factors_short.weight", ggml_type::f32, {2}, std::as_bytes(std::span(two)));
+    out.emplace_back("arch_phi3_longrope", w.image());
+  }
+  {
+    gguf_writer w = model("gemma2");
+    w.add("gemma2.attn_logit_softcapping", 50.0f).add("gemma2.final_logit_softcapping", 30.0f);
+    w.add("gemma2.attention.sliding_window", std::uint32_t{16});
+    out.emplace_back("arch_gemma2", w.image());
+  }
+  {
+    gguf_writer w = model("qwen2");
+    w.add("qwen2.rope.scaling.type", "yarn").add("qwen2.rope.scaling.factor", 4.0f);
+    w.add("qwen2.rope.scaling.original_context_length", std::uint32_t{32});
+    w.add("general.license", "apache-2.0").add("unknown.key", std::uint8_t{1});
+    out.emplace_back("arch_qwen2_yarn", w.image());
+  }
+  return out;
+}
+
+// The architecture seeds read as models (the corpus replay only checks that nothing but
+// corpus_data / unsupported comes out): each gives its family's config, but the last, whose
+// unclassified key is refused.
+TEST(Gguf, ArchitectureSeedsReadAsModels) {
+  for (const auto& [name, image] : architecture_seeds()) {
+    const gguf_header h = parse_gguf(image, name);
+    auto bytes_of = [&](const gguf_tensor_info& t) {
+      return std::span<const std::byte>(image).subspan(h.data_offset + t.offset, t.nbytes);
+    };
+    if (name == "arch_qwen2_yarn") {
+      try {
+        (void)npullm::model::read_gguf_model(h, bytes_of);
+        ADD_FAILURE() << name;
+      } catch (const npullm::error& e) {
+        EXPECT_NE(e.message().find("unknown.key"), std::string::npos) << e.message();
+      }
+      const std::vector<std::string> accept{"unknown.*"};
+      const auto c = npullm::model::read_gguf_model(h, bytes_of, accept).config;
+      EXPECT_EQ(c.rope_scaling.kind, npullm::ops::rope_kind::yarn);
+      continue;
+    }
+    const auto info = npullm::model::read_gguf_model(h, bytes_of);
+    EXPECT_EQ(npullm::model::to_string(info.config.family), name.substr(5, name.find('_', 5) - 5));
+    EXPECT_EQ(info.config.head_dim, 4u);
+    if (name == "arch_llama_rope_freqs" || name == "arch_phi3_longrope") {
+      EXPECT_EQ(info.config.rope_scaling.kind, npullm::ops::rope_kind::longrope);
+      EXPECT_EQ(info.config.rope_scaling.long_factor, (std::vector<double>{1.0, 2.5}));
+    }
+  }
+}
+
 // Writes the seed corpus into $NPULLM_GGUF_CORPUS_OUT (how tests/model/corpus_gguf was made).
 TEST(Gguf, WritesSeedCorpus) {
   const char* out = std::getenv("NPULLM_GGUF_CORPUS_OUT");
@@ -733,6 +819,7 @@ TEST(Gguf, WritesSeedCorpus) {
              assembler{}.text("GGUF").byte(0).byte(0).byte(0).byte(3).zeros(16).v);
   const auto hand = hand_file();
   write_file(dir / "truncated", std::span(hand).first(100));
+  for (const auto& [name, image] : architecture_seeds()) write_file(dir / name, image);
 }
 
 }  // namespace

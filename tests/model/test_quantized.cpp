@@ -529,7 +529,9 @@ TEST(gguf_model, name_mapping_and_permutation_rows) {
             "blk.12.ffn_down.weight");
   EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.k_proj.bias"), "blk.0.attn_k.bias");
   EXPECT_EQ(model::gguf_tensor_name("lm_head.weight"), "output.weight");
-  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.q_norm.weight"), "");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.q_norm.weight"),
+            "blk.0.attn_q_norm.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.mlp.experts.0.weight"), "");
   // Head dim 8: HF rows 0..3 (first halves) go to even rows, 4..7 to odd rows.
   const std::array<std::size_t, 8> want{0, 2, 4, 6, 1, 3, 5, 7};
   for (std::size_t r = 0; r < 8; ++r) EXPECT_EQ(model::llama_permuted_row(r, 8), want[r]);

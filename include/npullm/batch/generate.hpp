@@ -12,7 +12,9 @@
 // goes back to the front of the queue, to be recomputed later (its generated tokens become part
 // of its context; nothing is sampled twice, so the output is the one it would have had).
 //
-// Each request samples with its own seeded sampler, so its tokens do not depend on the batch.
+// Each request samples with its own seeded sampler and its own settings (sampler.hpp: bias,
+// penalties over its context, processor, temperature, top-k / top-p / min-p), so its tokens do
+// not depend on the batch. The sampler's context is the request's prompt and generated tokens.
 // (Numerically, batching changes only the summation order of f32 GEMMs; greedy and sampled
 // choices agree unless two candidates are within that rounding of each other.)
 //
@@ -41,11 +43,14 @@
 #include <numeric>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/speculative.hpp"
+#include "npullm/batch/stop_strings.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/core/tokens.hpp"
 #include "npullm/kv/prefix_cache.hpp"
@@ -53,22 +58,49 @@
 
 namespace npullm::batch {
 
+// A token's text (bytes; a piece of a UTF-8 character is fine): the caller's detokenizer.
+using detokenizer = std::function<std::string(std::int32_t)>;
+// Streamed text of one request: (new bytes, finished). Called after every token with the bytes
+// that can no longer be part of a stop string (possibly none), never ending inside a UTF-8
+// character unless the text ends there, and once with finished = true.
+using text_callback = std::function<void(std::string_view, bool)>;
+
+// Stop strings (matched on the bytes of detokenize(token) appended for every generated token,
+// so a stop string may span tokens; the prompt is not part of that text): the first token whose
+// text completes a stop string ends the request. Then result().tokens stops before that token
+// (it is left out) and result().text stops right before the stop string; so the text may hold
+// bytes of the left-out token that precede the stop string, and may lack bytes of kept tokens
+// that begin it. Stop tokens are checked after stop strings.
 struct request {
   std::vector<std::int32_t> prompt;
   std::size_t max_new_tokens = 16;
   std::vector<std::int32_t> stop{};  // a stop token ends the request (and is part of the output)
   sampler_config sampling{};
   std::uint64_t seed = 0;
+  std::vector<std::string> stop_strings{};  // need detokenize; none may be empty
+  detokenizer detokenize{};                 // given: result().text is kept (and streamed)
+  text_callback on_text{};                  // needs detokenize
+  bool logprobs = false;                    // result().logprobs: one entry per token
+  std::size_t top_logprobs = 0;             // with logprobs: the n most likely tokens too
 };
 
-enum class finish_reason { running, length, stop };
+enum class finish_reason {
+  running,
+  length,  // max_new_tokens generated
+  stop,    // a stop token (kept) or a stop string (see request)
+};
 
 struct generation {
   std::vector<std::int32_t> tokens;
   finish_reason finish = finish_reason::running;
+  std::string text;                      // with detokenize: the tokens' text (see request)
+  std::vector<token_logprobs> logprobs;  // with logprobs: per token, from its raw logits row
+  std::size_t stop_string = stop_string_match::none;  // the stop string that ended it, if one
 };
 
 // Called for every generated token: (request id, token, finished).
+// Every sampled token is reported, also one that completes a stop string (with finished =
+// true) although result().tokens leaves it out.
 using token_callback = std::function<void(std::size_t, std::int32_t, bool)>;
 
 struct generator_options {
@@ -121,8 +153,10 @@ class generator {
   generator& operator=(const generator&) = delete;
 
   // Queues a request; returns its id. Rejects, naming the request, empty prompts,
-  // max_new_tokens = 0 and ids outside the vocabulary (invalid_argument), and prompts that
-  // cannot fit in max_sequence (capacity_exhausted).
+  // max_new_tokens = 0, ids outside the vocabulary (prompt, stop, logit_bias), bad sampler
+  // settings, empty stop strings, stop strings or on_text without detokenize, top_logprobs
+  // without logprobs (invalid_argument), and prompts that cannot fit in max_sequence
+  // (capacity_exhausted). A rejected request changes nothing.
   std::size_t submit(request r) {
     const std::size_t id = requests_.size();
     const std::size_t vocab = lm_->config().vocab_size;
@@ -133,6 +167,24 @@ class generator {
     if (r.max_new_tokens == 0) reject("max_new_tokens is 0");
     check_token_ids(r.prompt, vocab, "generator: request ", id, ": prompt");
     check_token_ids(r.stop, vocab, "generator: request ", id, ": stop");
+    try {
+      r.sampling.validate();
+    } catch (const error& e) {
+      raise(e.code(), "generator: request ", id, ": ", e.message());
+    }
+    for (const token_bias& b : r.sampling.logit_bias) {
+      if (static_cast<std::size_t>(b.token) >= vocab) {
+        reject("logit_bias token ", b.token, " outside the vocabulary of ", vocab);
+      }
+    }
+    for (std::size_t i = 0; i < r.stop_strings.size(); ++i) {
+      if (r.stop_strings[i].empty()) reject("stop string ", i, " is empty");
+    }
+    if (!r.detokenize && (!r.stop_strings.empty() || r.on_text)) {
+      reject("stop strings and on_text need a detokenize callback");
+    }
+    if (r.top_logprobs > 0 && !r.logprobs)
+      reject("top_logprobs ", r.top_logprobs, " without logprobs");
     if (r.prompt.size() + r.max_new_tokens > lm_->capacity()) {
       raise(error_code::capacity_exhausted, "generator: request ", id, ": prompt of ",
             r.prompt.size(), " + ", r.max_new_tokens, " new tokens exceeds max_sequence ",
@@ -161,8 +213,8 @@ class generator {
 
   [[nodiscard]] const generation& result(std::size_t id) const {
     if (id >= requests_.size()) {
-      raise(error_code::out_of_range, "generator: result of request ", id, "; ",
-            requests_.size(), " were submitted");
+      raise(error_code::out_of_range, "generator: result of request ", id, "; ", requests_.size(),
+            " were submitted");
     }
     return requests_[id].out;
   }
@@ -183,6 +235,7 @@ class generator {
     std::vector<std::int32_t> context;  // prompt + generated tokens
     std::int32_t pending = 0;           // sampled, not yet fed to the model
     std::vector<float> hidden;          // pre-norm hidden row that produced `pending` (heads)
+    std::size_t shown = 0;              // bytes of out.text given to on_text
   };
   struct sequence {
     std::size_t id;
@@ -211,16 +264,41 @@ class generator {
   // A greedy request: argmax choices (the sampler's greedy), no distributions computed.
   static bool greedy(const state& s) noexcept { return s.req.sampling.temperature == 0.0f; }
 
-  // Records a sampled token; true when the request is finished.
-  bool emit(std::size_t id, std::int32_t token, const token_callback& cb) {
+  // Records a token sampled from the raw logits row `logits`; true when the request is
+  // finished. The context keeps every sampled token (also one that completes a stop string).
+  bool emit(std::size_t id, std::int32_t token, std::span<const float> logits,
+            const token_callback& cb) {
     state& s = requests_[id];
-    s.out.tokens.push_back(token);
     s.context.push_back(token);
     s.pending = token;
-    const bool stop = std::find(s.req.stop.begin(), s.req.stop.end(), token) != s.req.stop.end();
-    const bool length = s.out.tokens.size() >= s.req.max_new_tokens;
+    bool stop = false;
+    if (s.req.detokenize) {
+      const std::size_t searched = s.out.text.size();
+      s.out.text += s.req.detokenize(token);
+      const stop_string_match m = find_stop_string(s.out.text, searched, s.req.stop_strings);
+      if (m.found()) {
+        s.out.text.resize(m.position);
+        s.out.stop_string = m.index;
+        stop = true;
+      }
+    }
+    if (!stop) {  // a token that completes a stop string is left out
+      s.out.tokens.push_back(token);
+      if (s.req.logprobs) s.out.logprobs.push_back(logprobs_of(logits, token, s.req.top_logprobs));
+      stop = std::find(s.req.stop.begin(), s.req.stop.end(), token) != s.req.stop.end();
+    }
+    const bool length = s.context.size() - s.req.prompt.size() >= s.req.max_new_tokens;
     if (stop || length) s.out.finish = stop ? finish_reason::stop : finish_reason::length;
     if (cb) cb(id, token, stop || length);
+    if (s.req.on_text) {
+      const std::size_t held = std::max(stop_string_holdback(s.out.text, s.req.stop_strings),
+                                        incomplete_utf8_tail(s.out.text));
+      const std::size_t upto = s.out.text.size() - (stop || length ? 0 : held);
+      if (upto > s.shown || stop || length) {
+        s.req.on_text(std::string_view(s.out.text).substr(s.shown, upto - s.shown), stop || length);
+        s.shown = upto;
+      }
+    }
     return stop || length;
   }
 
@@ -241,9 +319,9 @@ class generator {
       state& s = requests_[id];
       // The context whose KV the sequence needs: the prompt, and after a preemption the tokens
       // generated since (but the last one, which is fed by the next decode step).
-      const std::span<const std::int32_t> context = std::span<const std::int32_t>(s.context).first(
-          s.context.size() - (s.out.tokens.empty() ? 0 : 1));
-      const bool resumed = !s.out.tokens.empty();
+      const bool resumed = s.context.size() > s.req.prompt.size();
+      const std::span<const std::int32_t> context =
+          std::span<const std::int32_t>(s.context).first(s.context.size() - (resumed ? 1 : 0));
       table_type table = lm_->new_sequence();
       const std::size_t covered = cache_ ? cache_->attach(table, context) : 0;
       const std::span<const std::int32_t> rest = context.subspan(covered);
@@ -276,9 +354,10 @@ class generator {
         const auto h = out.hidden_of(rest.size() - 1);
         s.hidden.assign(h.begin(), h.end());
       }
+      const auto logits = out.logits_of(rest.size() - 1);
       if (resumed) {
-        s.pending = s.out.tokens.back();
-      } else if (emit(id, s.rng.sample(out.logits_of(rest.size() - 1)), cb)) {
+        s.pending = s.context.back();
+      } else if (emit(id, s.rng.sample(logits, s.context), logits, cb)) {
         retire(id, table);
         continue;  // finished on its first token: the table goes, the blocks stay cached
       }
@@ -375,8 +454,8 @@ class generator {
       const std::size_t id = running_[i].id;
       state& s = requests_[id];
       const draft_proposal& d = proposals[i];
-      const round_verdict v = verify_round([&](std::size_t j) { return out.logits_of(row + j); }, d,
-                                           greedy(s) ? nullptr : &s.rng);
+      const round_verdict v =
+          verify_round([&](std::size_t j) { return out.logits_of(row + j); }, d, &s.rng, s.context);
       // Keep the pending token and the accepted proposals: rejected KV is rolled back.
       table_type& table = running_[i].table;
       table.truncate(table.length() - d.tokens.size() + v.accepted);
@@ -384,7 +463,7 @@ class generator {
       stats_.accepted += v.accepted;
       bool finished = false;
       for (std::size_t t = 0; t < v.tokens.size() && !finished; ++t)
-        finished = emit(id, v.tokens[t], cb);
+        finished = emit(id, v.tokens[t], out.logits_of(row + t), cb);
       if (finished) {
         retire(id, table);  // its blocks are freed now
       } else {

@@ -89,16 +89,32 @@ struct draft_query {
 };
 
 // Greedy token of a logits row: ops::argmax (first largest; NaN never, unless all are NaN).
-inline std::int32_t greedy_token(std::span<const float> logits) { return ops::argmax(logits); }
+inline std::int32_t greedy_token(std::span<const float> logits) {
+  return ops::argmax(logits);
+}
 
-// Appends a draft token chosen from a logits row: greedy, or drawn with rng (its distribution
-// kept in q). Returns the token.
-inline std::int32_t draw_into(draft_proposal& out, std::span<const float> logits, sampler* rng) {
+// The context a row continues: context, then tokens (a round's proposals so far). Built only
+// when the sampler's chain reads it (penalties, processor).
+inline std::vector<std::int32_t> joined_context(const sampler& rng,
+                                                std::span<const std::int32_t> context,
+                                                std::span<const std::int32_t> tokens) {
+  std::vector<std::int32_t> all;
+  if (!rng.config().uses_context()) return all;
+  all.reserve(context.size() + tokens.size());
+  all.assign(context.begin(), context.end());
+  all.insert(all.end(), tokens.begin(), tokens.end());
+  return all;
+}
+
+// Appends a draft token chosen from a logits row: greedy, or drawn with rng (its distribution,
+// through rng's chain after context and the proposals so far, kept in q). Returns the token.
+inline std::int32_t draw_into(draft_proposal& out, std::span<const float> logits, sampler* rng,
+                              std::span<const std::int32_t> context = {}) {
   std::int32_t t = 0;
   if (rng == nullptr) {
     t = greedy_token(logits);
   } else {
-    out.q.push_back(rng->distribution(logits));
+    out.q.push_back(rng->distribution(logits, joined_context(*rng, context, out.tokens)));
     t = rng->sample_from(out.q.back());
   }
   out.tokens.push_back(t);
@@ -155,22 +171,33 @@ struct round_verdict {
 };
 
 // Judges a round: logits_of(i) is the target's logits row after the round's token i (i = 0:
-// the context's last token, i = 1..m: proposal i - 1), so row i checks proposal i. rng null:
-// greedy (the argmax must agree); otherwise verify_sampled with the target's distributions
-// (a deterministic proposal's q is a point mass).
+// the context's last token, i = 1..m: proposal i - 1), so row i checks proposal i; context is
+// the sequence's tokens up to the round (row i continues context + the first i proposals).
+// rng null: greedy on the raw rows (the argmax must agree); a greedy rng: the same on the rows
+// through its chain (bias, penalties, processor); otherwise verify_sampled with the target's
+// distributions (a deterministic proposal's q is a point mass).
 template <class Rows>
-round_verdict verify_round(const Rows& logits_of, const draft_proposal& d, sampler* rng) {
+round_verdict verify_round(const Rows& logits_of, const draft_proposal& d, sampler* rng,
+                           std::span<const std::int32_t> context = {}) {
   const std::size_t m = d.tokens.size();
   round_verdict v;
-  if (rng == nullptr) {
-    while (v.accepted < m && greedy_token(logits_of(v.accepted)) == d.tokens[v.accepted])
-      ++v.accepted;
+  const std::vector<std::int32_t> all =
+      rng == nullptr ? std::vector<std::int32_t>{} : joined_context(*rng, context, d.tokens);
+  auto context_of = [&](std::size_t i) {
+    return all.empty() ? std::span<const std::int32_t>{}
+                       : std::span<const std::int32_t>(all).first(context.size() + i);
+  };
+  if (rng == nullptr || rng->greedy()) {
+    auto pick = [&](std::size_t i) {
+      return rng == nullptr ? greedy_token(logits_of(i)) : rng->argmax(logits_of(i), context_of(i));
+    };
+    while (v.accepted < m && pick(v.accepted) == d.tokens[v.accepted]) ++v.accepted;
     v.tokens.assign(d.tokens.begin(), d.tokens.begin() + static_cast<std::ptrdiff_t>(v.accepted));
-    v.tokens.push_back(greedy_token(logits_of(v.accepted)));
+    v.tokens.push_back(pick(v.accepted));
     return v;
   }
   std::vector<std::vector<double>> p;
-  for (std::size_t i = 0; i <= m; ++i) p.push_back(rng->distribution(logits_of(i)));
+  for (std::size_t i = 0; i <= m; ++i) p.push_back(rng->distribution(logits_of(i), context_of(i)));
   std::vector<std::vector<double>> point;
   if (d.q.empty()) {
     for (std::int32_t t : d.tokens) {
@@ -248,12 +275,12 @@ class model_draft {
       s = rest.size() <= lm_->decode_rows() ? lm_->decode(rest) : lm_->prefill(rest);
     }
     fed_.insert(fed_.end(), rest.begin(), rest.end());
-    std::int32_t x = draw_into(out, s.logits_of(rest.size() - 1), rng);
+    std::int32_t x = draw_into(out, s.logits_of(rest.size() - 1), rng, context);
     for (std::size_t i = 1; i < n; ++i) {
       const std::array<std::int32_t, 1> one{x};
       const step_output next = lm_->decode(one);
       fed_.push_back(x);
-      x = draw_into(out, next.logits_of(0), rng);
+      x = draw_into(out, next.logits_of(0), rng, context);
     }
     return out;
   }
@@ -263,8 +290,8 @@ class model_draft {
   // step. A request whose catch-up does not fit the draft's pool proposes nothing this round;
   // a later step that does not fit ends every proposal there (proposals are only a guess).
   template <class Table>
-  std::vector<draft_proposal> propose_batch(
-      std::span<const draft_query<Table>> queries) requires block_pipeline<LM> {
+  std::vector<draft_proposal> propose_batch(std::span<const draft_query<Table>> queries) requires
+      block_pipeline<LM> {
     using input = typename LM::sequence_input;
     std::vector<draft_proposal> out(queries.size());
     std::vector<std::size_t> live;  // queries still proposing
@@ -280,7 +307,8 @@ class model_draft {
             const draft_query<Table>& q = queries[who[j]];
             lane& l = lane_of(q.id);
             l.fed.insert(l.fed.end(), inputs[j].ids.begin(), inputs[j].ids.end());
-            draw_into(out[who[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng);
+            draw_into(out[who[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng,
+                      q.context);
             live.push_back(who[j]);
           }
         } catch (const error& e) {
@@ -332,7 +360,8 @@ class model_draft {
       for (std::size_t j = 0; j < live.size(); ++j) {
         const draft_query<Table>& q = queries[live[j]];
         lane_of(q.id).fed.push_back(last[j]);
-        draw_into(out[live[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng);
+        draw_into(out[live[j]], {logits.data() + j * logits.extent(1), logits.extent(1)}, q.rng,
+                  q.context);
       }
     }
     return out;
@@ -397,7 +426,8 @@ class self_draft {
     std::int32_t x = context.back();
     for (std::size_t i = 0; i < n; ++i) {
       const std::array<std::int32_t, 1> one{x};
-      x = draw_into(out, lm_->decode(one, output_selection::last(), layers_).logits_of(0), rng);
+      x = draw_into(out, lm_->decode(one, output_selection::last(), layers_).logits_of(0), rng,
+                    context);
     }
     return out;
   }
@@ -405,8 +435,8 @@ class self_draft {
   // Batched: one packed early-exit step per proposal over the queries' own tables, then every
   // table back to its length. A step that does not fit the pool ends the proposals there.
   template <class Table>
-  std::vector<draft_proposal> propose_batch(
-      std::span<const draft_query<Table>> queries) requires block_pipeline<LM> {
+  std::vector<draft_proposal> propose_batch(std::span<const draft_query<Table>> queries) requires
+      block_pipeline<LM> {
     std::vector<draft_proposal> out(queries.size());
     std::vector<std::size_t> base(queries.size());
     for (std::size_t i = 0; i < queries.size(); ++i) base[i] = queries[i].table->length();
@@ -437,7 +467,7 @@ class self_draft {
         break;
       }
       for (std::size_t j = 0; j < live.size(); ++j)
-        draw_into(out[live[j]], s.logits_of(j), queries[live[j]].rng);
+        draw_into(out[live[j]], s.logits_of(j), queries[live[j]].rng, queries[live[j]].context);
     }
     return out;
   }
@@ -477,7 +507,7 @@ class head_draft {
     }
   }
 
-  draft_proposal propose(std::span<const std::int32_t>, std::span<const float> hidden,
+  draft_proposal propose(std::span<const std::int32_t> context, std::span<const float> hidden,
                          std::size_t n, sampler* rng) const {
     if (hidden.size() != head_->hidden_size()) {
       raise(error_code::invalid_shape, "head_draft: a hidden row of ", hidden.size(),
@@ -485,14 +515,13 @@ class head_draft {
     }
     draft_proposal out;
     const std::size_t m = std::min<std::size_t>(n, head_->heads());
-    for (std::size_t i = 0; i < m; ++i) draw_into(out, head_->logits(hidden, i), rng);
+    for (std::size_t i = 0; i < m; ++i) draw_into(out, head_->logits(hidden, i), rng, context);
     return out;
   }
 
  private:
   const H* head_;
 };
-
 
 // ---- one sequence ---------------------------------------------------------------------------
 
@@ -536,8 +565,8 @@ std::vector<std::int32_t> speculate(const char* who, Target& target, Draft& draf
   check_speculation(who, target, draft, prompt, max_new_tokens, k);
   constexpr bool hidden_wanted = draft_wants_hidden<Draft>;
   const std::size_t vocab = target.config().vocab_size;
-  auto pick = [&](std::span<const float> logits) {
-    return target_rng ? target_rng->sample(logits) : greedy_token(logits);
+  auto pick = [&](std::span<const float> logits, std::span<const std::int32_t> context) {
+    return target_rng ? target_rng->sample(logits, context) : greedy_token(logits);
   };
 
   target.reset();
@@ -546,7 +575,7 @@ std::vector<std::int32_t> speculate(const char* who, Target& target, Draft& draf
   if (hidden_wanted) first.hidden_last();
   const step_output pre = target.prefill(prompt, first);
   std::vector<std::int32_t> context(prompt.begin(), prompt.end());
-  context.push_back(pick(pre.logits_of(prompt.size() - 1)));
+  context.push_back(pick(pre.logits_of(prompt.size() - 1), prompt));
   std::vector<float> hidden;
   if constexpr (hidden_wanted) {
     const auto h = pre.hidden_of(prompt.size() - 1);
@@ -572,7 +601,7 @@ std::vector<std::int32_t> speculate(const char* who, Target& target, Draft& draf
     const std::size_t base = target.length();  // context but its last token
     const step_output v = target.decode(ids, sel);
     const round_verdict r =
-        verify_round([&](std::size_t i) { return v.logits_of(i); }, d, target_rng);
+        verify_round([&](std::size_t i) { return v.logits_of(i); }, d, target_rng, context);
     target.truncate(base + 1 + r.accepted);  // rejected KV rolled back
     context.insert(context.end(), r.tokens.begin(), r.tokens.end());
     if constexpr (hidden_wanted) {

@@ -240,7 +240,7 @@ inline void convert(std::span<const float> in, std::span<float16> out) {
   std::size_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= in.size(); i += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(in.data() + i), _MM_FROUND_TO_NEAREST_INT);
+    const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(in.data() + i), _MM_FROUND_TO_NEAREST_INT);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.data() + i), h);
   }
 #elif defined(__F16C__)
@@ -258,7 +258,7 @@ inline void convert(std::span<const float16> in, std::span<float> out) {
 #if defined(__AVX512F__)
   for (; i + 16 <= in.size(); i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in.data() + i));
-    _mm512_storeu_ps(out.data() + i, _mm512_cvtph_ps(h));
+    _mm512_storeu_ps(out.data() + i, _mm512_maskz_cvtph_ps(0xFFFF, h));
   }
 #elif defined(__F16C__)
   for (; i + 8 <= in.size(); i += 8) {
@@ -283,8 +283,8 @@ inline void convert(std::span<const float> in, std::span<bfloat16> out) {
     const __mmask16 denormal =
         _mm512_testn_epi32_mask(u, exponent_mask) & _mm512_test_epi32_mask(u, abs_mask);
     if (denormal) {
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-      const __m512i rounded = _mm512_srli_epi32(
+      const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(0xFFFF, u, 16), _mm512_set1_epi32(1));
+      const __m512i rounded = _mm512_maskz_srli_epi32(0xFFFF, 
           _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
       h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(rounded));
     }

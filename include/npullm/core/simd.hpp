@@ -58,11 +58,11 @@ inline f32x16 load(const float* p) noexcept {
   return {_mm512_loadu_ps(p)};
 }
 inline f32x16 load(const float16* p) noexcept {
-  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  return {_mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
 inline f32x16 load(const bfloat16* p) noexcept {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16))};
+  return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, b), 16))};
 }
 // The first n (< 16) lanes from p, the rest zero; reads only n elements.
 inline f32x16 load_partial(const float* p, std::size_t n) noexcept {
@@ -70,11 +70,11 @@ inline f32x16 load_partial(const float* p, std::size_t n) noexcept {
 }
 inline f32x16 load_partial(const float16* p, std::size_t n) noexcept {
   const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1u), p);
-  return {_mm512_cvtph_ps(h)};
+  return {_mm512_maskz_cvtph_ps(0xFFFF, h)};
 }
 inline f32x16 load_partial(const bfloat16* p, std::size_t n) noexcept {
   const __m256i b = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1u), p);
-  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16))};
+  return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, b), 16))};
 }
 inline void store(float* p, f32x16 a) noexcept {
   _mm512_storeu_ps(p, a.v);
@@ -92,7 +92,7 @@ inline f32x16 div(f32x16 a, f32x16 b) noexcept {
   return {_mm512_div_ps(a.v, b.v)};
 }
 inline f32x16 max(f32x16 a, f32x16 b) noexcept {
-  return {_mm512_max_ps(a.v, b.v)};
+  return {_mm512_maskz_max_ps(0xFFFF, a.v, b.v)};
 }
 // a * b + c, fused.
 inline f32x16 fmadd(f32x16 a, f32x16 b, f32x16 c) noexcept {
@@ -138,7 +138,7 @@ inline f32x16 mask_tail(f32x16 a, std::size_t n) noexcept {
 // Inputs are clamped to [-104, 88.7]: exp(-inf) and anything below -104 give exactly 0.
 inline f32x16 exp(f32x16 x) noexcept {
   const __m512 c =
-      _mm512_min_ps(_mm512_max_ps(x.v, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.7f));
+      _mm512_maskz_min_ps(0xFFFF, _mm512_maskz_max_ps(0xFFFF, x.v, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.7f));
   const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), c);
@@ -168,16 +168,16 @@ inline void transpose16(f32x16 (&rows)[16]) noexcept {
   }
   // u[4i + k]: rows 4i..4i+3, column k of each 128-bit lane. Gather lanes across row groups.
   for (int k = 0; k < 4; ++k) {
-    t[k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);      // lanes 0, 2 of groups 0, 1
-    t[4 + k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);  // lanes 1, 3 of groups 0, 1
-    t[8 + k] = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-    t[12 + k] = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+    t[k] = _mm512_maskz_shuffle_f32x4(0xFFFF, u[k], u[4 + k], 0x88);      // lanes 0, 2 of groups 0, 1
+    t[4 + k] = _mm512_maskz_shuffle_f32x4(0xFFFF, u[k], u[4 + k], 0xdd);  // lanes 1, 3 of groups 0, 1
+    t[8 + k] = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + k], u[12 + k], 0x88);
+    t[12 + k] = _mm512_maskz_shuffle_f32x4(0xFFFF, u[8 + k], u[12 + k], 0xdd);
   }
   for (int k = 0; k < 4; ++k) {
-    rows[k].v = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-    rows[4 + k].v = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-    rows[8 + k].v = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-    rows[12 + k].v = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
+    rows[k].v = _mm512_maskz_shuffle_f32x4(0xFFFF, t[k], t[8 + k], 0x88);
+    rows[4 + k].v = _mm512_maskz_shuffle_f32x4(0xFFFF, t[4 + k], t[12 + k], 0x88);
+    rows[8 + k].v = _mm512_maskz_shuffle_f32x4(0xFFFF, t[k], t[8 + k], 0xdd);
+    rows[12 + k].v = _mm512_maskz_shuffle_f32x4(0xFFFF, t[4 + k], t[12 + k], 0xdd);
   }
 }
 
@@ -194,11 +194,11 @@ inline f32x16 reduce_add16(const f32x16 (&a)[16]) noexcept {
   }
   // d[i]: each 128-bit lane L holds that lane's partial sums of a[4i .. 4i+3].
   const __m512 g01 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xdd));
+      _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, d[0], d[1], 0x88), _mm512_maskz_shuffle_f32x4(0xFFFF, d[0], d[1], 0xdd));
   const __m512 g23 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(d[2], d[3], 0x88), _mm512_shuffle_f32x4(d[2], d[3], 0xdd));
+      _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, d[2], d[3], 0x88), _mm512_maskz_shuffle_f32x4(0xFFFF, d[2], d[3], 0xdd));
   return {
-      _mm512_add_ps(_mm512_shuffle_f32x4(g01, g23, 0x88), _mm512_shuffle_f32x4(g01, g23, 0xdd))};
+      _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, g01, g23, 0x88), _mm512_maskz_shuffle_f32x4(0xFFFF, g01, g23, 0xdd))};
 }
 
 // The native register, for kernels blocked to the register file (GEMM micro-kernels).
@@ -210,11 +210,11 @@ struct native {
   static type zero() noexcept { return _mm512_setzero_ps(); }
   static type load(const float* p) noexcept { return _mm512_loadu_ps(p); }
   static type load(const float16* p) noexcept {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static type load(const bfloat16* p) noexcept {
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, b), 16));
   }
   static type broadcast(const float* p) noexcept { return _mm512_set1_ps(*p); }
   static type fmadd(type a, type b, type c) noexcept { return _mm512_fmadd_ps(a, b, c); }

@@ -2,8 +2,8 @@
 // families below, read from a Hugging Face config.json. Element types and policies are
 // compile-time; these are not.
 //
-//   parse_config(json_text, name)   from the file's text (`name` labels errors)
-//   load_config(dir_or_file)        reads <dir>/config.json (or the file given)
+//   parse_config(json_text, name[, accept])   from the file's text (`name` labels errors)
+//   load_config(dir_or_file[, accept])         reads <dir>/config.json (or the file given)
 //   make_rope_table(config, n)      the config's rope_table for positions [0, n)
 //
 // Families (model_type): qwen2 (Qwen2, Qwen2.5), qwen3, llama, mistral, phi3, gemma2; anything
@@ -12,6 +12,10 @@
 // Strictness: every key of the file is either read into model_config, or listed in
 // ignorable_config_keys below (it cannot change the forward pass), or refused: a key in neither
 // list is unsupported naming it, because a key nobody has classified might change the math.
+// Tools add keys of their own to fine-tuned checkpoints (`unsloth_version`, provenance keys
+// starting with `_`); a caller who knows such a key cannot change the forward pass accepts it
+// by name: the `accept` list (load_options::accept_keys in weights.hpp) holds key names, or
+// prefixes ending in '*' ("_*": every key starting with '_'). The refusal says so.
 // A key read for one family and meaningless in another (sliding_window for llama,
 // query_pre_attn_scalar outside gemma2, ...) is refused there unless its value is neutral (null,
 // false, 1.0). Values that contradict each other are unsupported naming both.
@@ -41,6 +45,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -146,7 +151,7 @@ struct ignorable_key {
   std::string_view reason;
 };
 
-inline constexpr std::array<ignorable_key, 19> ignorable_config_keys{{
+inline constexpr std::array<ignorable_key, 21> ignorable_config_keys{{
     {"_name_or_path", "where the checkpoint was loaded from: provenance"},
     {"transformers_version", "the library version that wrote the file"},
     {"auto_map", "remote-code class names; the math is model_type's published definition"},
@@ -166,6 +171,8 @@ inline constexpr std::array<ignorable_key, 19> ignorable_config_keys{{
     {"output_hidden_states", "HF returns hidden states: an output option"},
     {"return_dict", "HF's output container type"},
     {"use_return_dict", "HF's output container type"},
+    {"_attn_implementation_autoset", "whether HF picked its attention kernel itself: a flag"},
+    {"unsloth_version", "the version of the Unsloth tool that saved the checkpoint"},
 }};
 
 constexpr bool is_ignorable_config_key(std::string_view key) noexcept {
@@ -174,12 +181,33 @@ constexpr bool is_ignorable_config_key(std::string_view key) noexcept {
   return false;
 }
 
+// Whether a caller's accept list (key names, or prefixes ending in '*') holds `key`: config.json
+// keys and GGUF metadata keys alike (see the top).
+inline bool key_accepted(std::string_view key, std::span<const std::string> accept) noexcept {
+  for (const std::string& a : accept) {
+    const std::string_view p(a);
+    if (!p.empty() && p.back() == '*' ? key.substr(0, p.size() - 1) == p.substr(0, p.size() - 1)
+                                      : key == p)
+      return true;
+  }
+  return false;
+}
+
+// What a refusal of an unclassified key adds: how to accept it.
+inline std::string accept_hint(std::string_view key) {
+  return "; if it cannot change the forward pass, accept it with load_options::accept_keys = "
+         "{\"" +
+         std::string(key) + "\"} (or a prefix such as \"_*\")";
+}
+
 namespace detail {
 
 // Reads one config.json, remembering which keys it consumed.
 class config_reader {
  public:
-  config_reader(const nlohmann::json& j, std::string_view name) : j_(j), name_(name) {}
+  config_reader(const nlohmann::json& j, std::string_view name,
+                std::span<const std::string> accept = {})
+      : j_(j), name_(name), accept_(accept) {}
 
   template <class... Args>
   [[noreturn]] void corrupt(const Args&... args) const {
@@ -235,11 +263,13 @@ class config_reader {
     return v->get<std::string>();
   }
 
-  // Every key neither read nor ignorable: unsupported naming it.
+  // Every key neither read, ignorable nor accepted by the caller: unsupported naming it.
   void refuse_unread() const {
     for (const auto& [key, value] : j_.items()) {
-      if (read_.count(key) == 0 && !is_ignorable_config_key(key))
-        refuse("key '", key, "' (value ", value.dump(), ") is not one npullm reads or ignores");
+      if (read_.count(key) == 0 && !is_ignorable_config_key(key) && !key_accepted(key, accept_)) {
+        refuse("key '", key, "' (value ", value.dump(), ") is not one npullm reads or ignores",
+               accept_hint(key));
+      }
     }
   }
 
@@ -248,6 +278,7 @@ class config_reader {
  private:
   const nlohmann::json& j_;
   std::string_view name_;
+  std::span<const std::string> accept_;
   std::set<std::string> read_;
 };
 
@@ -415,11 +446,13 @@ inline void parse_rope(config_reader& r, const nlohmann::json* rs, const std::st
 
 }  // namespace detail
 
-inline model_config parse_config(std::string_view text, std::string_view name) {
+// accept: keys to take unread (see the top).
+inline model_config parse_config(std::string_view text, std::string_view name,
+                                 std::span<const std::string> accept = {}) {
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     raise(error_code::corrupt_data, "config ", name, ": not a JSON object");
-  detail::config_reader r(j, name);
+  detail::config_reader r(j, name, accept);
   model_config c;
 
   // --- family ---
@@ -697,14 +730,15 @@ inline model_config parse_config(std::string_view text, std::string_view name) {
   return c;
 }
 
-inline model_config load_config(const std::filesystem::path& path) {
+inline model_config load_config(const std::filesystem::path& path,
+                                std::span<const std::string> accept = {}) {
   std::error_code ec;  // a path that cannot be inspected is read as a file: the open fails (io)
   const auto file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   std::ifstream in(file);
   if (!in) raise(error_code::io, "cannot read ", file.string());
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), file.string());
+  return parse_config(text.str(), file.string(), accept);
 }
 
 // The config's RoPE for positions [0, max_positions): its scaling, theta and rotary dim.

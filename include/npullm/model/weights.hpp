@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
@@ -33,11 +34,11 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
-#include "npullm/model/config.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/io/quantized_safetensors.hpp"
-#include "npullm/model/gguf_model.hpp"
 #include "npullm/io/safetensors.hpp"
+#include "npullm/model/config.hpp"
+#include "npullm/model/gguf_model.hpp"
 #include "npullm/ops/gather.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/quant.hpp"
@@ -61,6 +62,11 @@ struct load_options {
   // The token embedding and the LM head (once when tied): the NPU recipe keeps them int8
   // (int8_sym, per channel). The gather dequantizes the rows it reads.
   std::optional<quantization> embedding_and_head = std::nullopt;
+  // Keys of config.json or GGUF metadata to accept unread: names, or prefixes ending in '*'
+  // ("_*"). Both readers refuse a key nobody has classified (it might change the math), and
+  // tools add their own to fine-tuned checkpoints (`unsloth_version`, provenance keys starting
+  // with `_`): list here those you know cannot change the forward pass.
+  std::vector<std::string> accept_keys = {};
 };
 
 // A weight matrix (N, K): dense in W as stored, or quantized (a checked view of its blocks,
@@ -214,7 +220,7 @@ class model_weights {
   // model/quantized_io.hpp) are read zero-copy as they are.
   static std::shared_ptr<const model_weights> load(const std::filesystem::path& dir,
                                                    const load_options& options = {}) {
-    std::shared_ptr<model_weights> w(new model_weights(load_config(dir)));
+    std::shared_ptr<model_weights> w(new model_weights(load_config(dir, options.accept_keys)));
     w->file_ = std::make_shared<const io::safetensors_model>(io::safetensors_model::open(dir));
     w->bind(
         [&](const std::string& name, std::size_t n) { return w->template mapped<1>(name, {n}); },
@@ -229,16 +235,27 @@ class model_weights {
     return w;
   }
 
-  // Reads a llama.cpp GGUF file of a qwen2 or llama model (model/gguf_model.hpp): its
-  // hyperparameters, F32 / F16 / BF16 tensors as dense (a 2-D one must be stored as W; 1-D
-  // norms of another float type are converted to W, biases to f32), and Q8_0 / Q4_0 / Q4_K /
-  // Q6_K tensors as quantized views into the mapping (zero-copy; Llama's Q and K, stored
-  // row-permuted, are copied once into HF order). Every tensor of another type is refused up
-  // front, naming it and its type (unsupported); a missing tensor or a shape other than the
-  // hyperparameters imply is corrupt_data.
-  static std::shared_ptr<const model_weights> load_gguf(const std::filesystem::path& path) {
+  // Reads a llama.cpp GGUF file of a llama (also Mistral), qwen2, qwen3, gemma2 or phi3 model
+  // (model/gguf_model.hpp): its hyperparameters, F32 / F16 / BF16 tensors as dense (a 2-D one
+  // must be stored as W; 1-D norms of another float type are converted to W, biases to f32),
+  // and Q8_0 / Q4_0 / Q4_K / Q6_K tensors as quantized views into the mapping (zero-copy;
+  // Llama's Q and K, stored row-permuted, are copied once into HF order). Every tensor of
+  // another type is refused up front, naming it and its type (unsupported); a missing tensor
+  // or a shape other than the hyperparameters imply is corrupt_data; a tensor the model does not
+  // read is unsupported naming it. options.accept_keys accepts metadata keys unread; quantizing
+  // at load is for safetensors models (the file's tensors are used as stored), so
+  // options.projections / embedding_and_head are refused here.
+  static std::shared_ptr<const model_weights> load_gguf(const std::filesystem::path& path,
+                                                        const load_options& options = {}) {
+    if (options.projections || options.embedding_and_head) {
+      raise(error_code::invalid_argument, "load_gguf ", path.string(),
+            ": quantization at load applies to safetensors models; a GGUF's tensors are used "
+            "as stored");
+    }
     std::shared_ptr<const io::gguf_file> file = io::gguf_file::open(path);
-    const model_config config = gguf_model_config(*file);
+    const gguf_model_info info = read_gguf_model(
+        file->header(), [&](const io::gguf_tensor_info& t) { return file->bytes(t); },
+        options.accept_keys);
     for (const io::gguf_tensor_info& t : file->tensors()) {
       if (!io::ggml_storage(t.type) && !gguf_weight_format(t.type)) {
         raise(error_code::unsupported, "GGUF ", file->path(), ": tensor '",
@@ -247,13 +264,24 @@ class model_weights {
               "Q5_K, Q6_K, IQ4_NL and IQ4_XS; not the grid-based IQ1 / IQ2 / IQ3 types)");
       }
     }
-    std::shared_ptr<model_weights> w(new model_weights(config));
+    std::shared_ptr<model_weights> w(new model_weights(info.config));
     w->gguf_ = file;
+    std::set<std::string, std::less<>> used(info.config_tensors.begin(), info.config_tensors.end());
+    w->gguf_used_ = &used;
     w->bind([&](const std::string& name, std::size_t n) { return w->gguf_vector(name, n); },
             [&](const std::string& name, std::size_t rows, std::size_t cols, matrix_role) {
               return w->gguf_matrix(name, rows, cols);
             },
             [&](const std::string& name, std::size_t n) { return w->gguf_bias(name, n); });
+    w->gguf_used_ = nullptr;
+    for (const io::gguf_tensor_info& t : file->tensors()) {
+      if (!used.contains(t.name)) {
+        raise(error_code::unsupported, "GGUF ", file->path(), ": tensor '",
+              io::detail::gguf_printable(t.name), "' is not one npullm's ",
+              to_string(info.config.family),
+              " model reads (a tensor nobody reads might be part of the math)");
+      }
+    }
     return w;
   }
 
@@ -448,8 +476,8 @@ class model_weights {
   ops::quantized_view stored_quantized(const io::safetensors_file& f, const std::string& name,
                                        const std::string& meta, std::size_t rows,
                                        std::size_t cols) {
-    const io::quantized_metadata_fields q = io::parse_quantized_metadata(
-        meta, "safetensors " + f.path() + ": tensor '" + name + "'");
+    const io::quantized_metadata_fields q =
+        io::parse_quantized_metadata(meta, "safetensors " + f.path() + ": tensor '" + name + "'");
     check_shape(name, dextents<2>(q.rows, q.cols), std::array<std::size_t, 2>{rows, cols});
     const auto data = raw_bytes(f, name);
     if (ops::is_block_format(q.format)) return ops::quantized_view(q.format, q.rows, q.cols, data);
@@ -469,9 +497,12 @@ class model_weights {
 
   // ---- GGUF ----
 
+  // The GGUF tensor of an HF name, counted as read.
   const io::gguf_tensor_info& gguf_info(const std::string& hf_name) const {
-    const std::string name = gguf_tensor_name(hf_name);
-    return gguf_->info(name);
+    const std::string name = gguf_tensor_name(hf_name, config_.family);
+    const io::gguf_tensor_info& t = gguf_->info(name);
+    if (gguf_used_ != nullptr) gguf_used_->insert(std::string(t.name));
+    return t;
   }
   void gguf_check_shape(const io::gguf_tensor_info& t, std::vector<std::size_t> want) const {
     if (t.shape() != want) {
@@ -577,8 +608,9 @@ class model_weights {
   }
 
   model_config config_;
-  std::shared_ptr<const io::safetensors_model> file_;  // the mapping the views point into
-  std::shared_ptr<const io::gguf_file> gguf_;          // or the GGUF file's
+  std::shared_ptr<const io::safetensors_model> file_;        // the mapping the views point into
+  std::shared_ptr<const io::gguf_file> gguf_;                // or the GGUF file's
+  std::set<std::string, std::less<>>* gguf_used_ = nullptr;  // during load_gguf: tensors read
   std::map<std::string, std::shared_ptr<const io::mapped_file>> maps_;  // quantized safetensors
   // Biases; matrices quantized or permuted at load; converted norms; device copies' buffers.
   std::vector<std::shared_ptr<const void>> owned_;

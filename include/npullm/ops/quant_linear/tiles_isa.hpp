@@ -52,7 +52,7 @@ struct tile_avx512 {
     return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(static_cast<const __m256i*>(p)));
   }
   static f u8(const void* p) noexcept {
-    return cvt(_mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+    return cvt(_mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
   static f s8(const void* p) noexcept {
     return cvt(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
