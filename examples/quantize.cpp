@@ -3,11 +3,14 @@
 //
 //   npullm_quantize <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]
 //
-//   FMT   q8_0 | q4_0 | int8 | int4 with an optional group: int4:128 (default for
+//   FMT   q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (llama.cpp's round-to-nearest blocks, bit for bit) |
+//         q2_k | q3_k | q4_k | q5_k | q6_k | iq4_xs (K a multiple of 256) | iq4_nl (a
+//         least-squares search per sub-block; error no worse than llama-quantize's) |
+//         int8 | int4 with an optional group: int4:128 (default for
 //         --projections), int8:32, int8 (one group per output channel: the default for
 //         --embedding), none (keep dense)
 //   out   a directory (config.json + model.safetensors, quantized tensors as <name> codes +
-//         <name>.scales), or with --gguf a GGUF file (qwen2 / llama; q8_0 and q4_0 only, Llama's
+//         <name>.scales), or with --gguf a GGUF file (qwen2 / llama; the GGUF formats only, Llama's
 //         Q/K permuted as llama.cpp stores them; no tokenizer metadata)
 //
 // Example (the NPU recipe: int4 group 128 for the layers, int8 per channel for the embedding):
@@ -35,17 +38,17 @@ std::optional<model::quantization> parse_format(const std::string& s) {
   const std::string name = s.substr(0, colon);
   model::quantization q;
   q.group = colon == std::string::npos ? 0 : std::stoul(s.substr(colon + 1));
-  if (name == "q8_0") {
-    q.format = weight_format::q8_0;
-  } else if (name == "q4_0") {
-    q.format = weight_format::q4_0;
-  } else if (name == "int8") {
+  if (name == "int8") {
     q.format = weight_format::int8_sym;
   } else if (name == "int4") {
     q.format = weight_format::int4_sym;
+  } else if (const auto f = npullm::ops::weight_format_from_string(name);
+             f && npullm::ops::is_block_format(*f)) {
+    q.format = *f;
   } else {
     npullm::raise(npullm::error_code::invalid_argument, "npullm_quantize: format '", s,
-                  "' (q8_0, q4_0, int8[:G], int4[:G], none)");
+                  "' (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
+                  "int8[:G], int4[:G], none)");
   }
   return q;
 }
@@ -71,11 +74,14 @@ void run(const std::filesystem::path& in, const std::filesystem::path& out,
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: %s <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]\n"
-                 "  FMT: q8_0 | q4_0 | int8[:G] | int4[:G] | none (G = 32, 64, 128; none given: "
-                 "one group per output channel)\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]\n"
+        "  FMT: q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k .. q6_k | iq4_nl | iq4_xs | int8[:G] | "
+        "int4[:G] | "
+        "none (G = 32, 64, 128; none given: "
+        "one group per output channel)\n",
+        argv[0]);
     return 2;
   }
   try {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -585,7 +586,7 @@ TEST(QuantErrors, ViewChecksShapesAndSizes) {
       [&] {
         (void)ops::quantize(dense_view<const float, 2>(w.data(), 1, 64), weight_format::q4_k);
       },
-      error_code::unsupported, "no quantizer for q4_k");
+      error_code::invalid_shape, "block of 256");
   expect_code(
       [&] {
         (void)ops::quantize(dense_view<const float, 2>(w.data(), 2, 32), weight_format::int4_sym,
@@ -692,13 +693,19 @@ TEST(GgmlFiles, DequantizeGivesGgmlsFloatsBitForBit) {
   }
 }
 
+// The types whose llama.cpp quantizer rounds to nearest with no search.
+bool round_to_nearest(weight_format f) {
+  return f == weight_format::q8_0 || f == weight_format::q4_0 || f == weight_format::q4_1 ||
+         f == weight_format::q5_0 || f == weight_format::q5_1;
+}
+
 // llama.cpp's reference quantizers of the 32-value types round to nearest with no search:
 // quantize() must write the same blocks from the same floats (every 2-D weight of the model).
 TEST(GgmlFiles, QuantizeWritesLlamaCppsBlocks) {
   SKIP_WITHOUT_GGUF_TYPES();
   const auto f32 = open_tiny("f32");
   for (const ggml_case& c : ggml_cases) {
-    if (!ops::has_quantizer(c.format)) continue;
+    if (!round_to_nearest(c.format)) continue;
     const auto q = open_tiny(c.type);
     std::size_t checked = 0;
     for (const io::gguf_tensor_info& t : q->tensors()) {
@@ -714,6 +721,35 @@ TEST(GgmlFiles, QuantizeWritesLlamaCppsBlocks) {
       ++checked;
     }
     EXPECT_EQ(checked, 9u) << c.type;
+  }
+}
+
+// The K-quants' and IQ4's quantizers search each sub-block's factors: their squared error
+// against the float weights, over every 2-D weight of the model, must be no worse than
+// llama.cpp's file of that type (llama-quantize without an importance matrix).
+TEST(GgmlFiles, KQuantsErrorNoWorseThanLlamaCpps) {
+  SKIP_WITHOUT_GGUF_TYPES();
+  const auto f32 = open_tiny("f32");
+  for (const ggml_case& c : ggml_cases) {
+    if (round_to_nearest(c.format)) continue;
+    const auto q = open_tiny(c.type);
+    double mine = 0, theirs = 0;
+    std::size_t checked = 0;
+    for (const io::gguf_tensor_info& t : q->tensors()) {
+      if (t.n_dims != 2 || io::ggml_type_name(t.type) != c.type) continue;
+      const auto x = f32->view<float, 2>(t.name);
+      const auto back = dequantized(ops::quantize(x, c.format).view());
+      const auto ref = dequantized(tiny_view(*q, std::string(t.name), c));
+      for (std::size_t i = 0; i < back.size(); ++i) {
+        const double v = x.data_handle()[i];
+        mine += (back[i] - v) * (back[i] - v);
+        theirs += (ref[i] - v) * (ref[i] - v);
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 9u) << c.type;
+    std::printf("  %-5s squared error npullm / llama.cpp: %.4f\n", c.type, mine / theirs);
+    EXPECT_LE(mine, theirs) << c.type;
   }
 }
 

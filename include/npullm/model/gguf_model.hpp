@@ -6,9 +6,10 @@
 //   read_gguf_model(header, bytes_of, accept)   the config, and the tensors the config consumed
 //   gguf_model_config(file, accept)             the config alone
 //   gguf_tensor_name(hf_name, family)   "model.layers.3.self_attn.q_proj.weight" ->
-//   "blk.3.attn_q.weight" gguf_weight_format(type)            Q8_0, Q4_0, Q4_K, Q6_K ->
-//   ops::weight_format (else nothing) llama_permuted_row(r, D)            where HF row r of a Q or
-//   K projection lies in a llama GGUF
+//                                       "blk.3.attn_q.weight"
+//   gguf_weight_format(type)            Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS
+//                                       -> ops::weight_format (else nothing)
+//   llama_permuted_row(r, D)            where HF row r of a Q or K projection lies in a llama GGUF
 //
 // Architectures (general.architecture -> family):
 //   llama   -> llama    Llama 2 and 3.x, and Mistral (llama.cpp's converter writes Mistral as

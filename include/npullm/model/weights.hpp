@@ -260,7 +260,8 @@ class model_weights {
       if (!io::ggml_storage(t.type) && !gguf_weight_format(t.type)) {
         raise(error_code::unsupported, "GGUF ", file->path(), ": tensor '",
               io::detail::gguf_printable(t.name), "' is ", io::ggml_type_name(t.type),
-              " (npullm runs F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
+              " (npullm runs F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
+              "Q5_K, Q6_K, IQ4_NL and IQ4_XS; not the grid-based IQ1 / IQ2 / IQ3 types)");
       }
     }
     std::shared_ptr<model_weights> w(new model_weights(info.config));
