@@ -2,6 +2,7 @@
 // later needs no quantization (model/quantized_io.hpp has the file layouts).
 //
 //   npullm_quantize <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]
+//                   [--vocab VOCAB.gguf]
 //
 //   FMT   q8_0 | q4_0 | q4_1 | q5_0 | q5_1 (llama.cpp's round-to-nearest blocks, bit for bit) |
 //         q2_k | q3_k | q4_k | q5_k | q6_k | iq4_xs (K a multiple of 256) | iq4_nl (a
@@ -11,7 +12,8 @@
 //         --embedding), none (keep dense)
 //   out   a directory (config.json + model.safetensors, quantized tensors as <name> codes +
 //         <name>.scales), or with --gguf a GGUF file (qwen2 / llama; the GGUF formats only, Llama's
-//         Q/K permuted as llama.cpp stores them; no tokenizer metadata)
+//         Q/K permuted as llama.cpp stores them; the tokenizer.* keys of VOCAB.gguf when --vocab
+//         gives one, so npullm_run and llama.cpp can run the file)
 //
 // Example (the NPU recipe: int4 group 128 for the layers, int8 per channel for the embedding):
 //   npullm_quantize models/qwen2-0.5b-bf16 models/qwen2-0.5b-int4
@@ -55,12 +57,12 @@ std::optional<model::quantization> parse_format(const std::string& s) {
 
 template <npullm::storage_type W>
 void run(const std::filesystem::path& in, const std::filesystem::path& out,
-         const model::load_options& options, bool gguf) {
+         const model::load_options& options, bool gguf, const std::filesystem::path& vocab) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto w = model::model_weights<W>::load(in, options);
   const auto t1 = std::chrono::steady_clock::now();
   if (gguf) {
-    model::save_gguf(*w, out);
+    model::save_gguf(*w, out, vocab);
   } else {
     model::save_safetensors(*w, out);
   }
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s <model-dir> <out> [--projections FMT] [--embedding FMT] [--gguf]\n"
+        "          [--vocab VOCAB.gguf]\n"
         "  FMT: q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k .. q6_k | iq4_nl | iq4_xs | int8[:G] | "
         "int4[:G] | "
         "none (G = 32, 64, 128; none given: "
@@ -89,10 +92,13 @@ int main(int argc, char** argv) {
         .projections = model::quantization{weight_format::int4_sym, 128},
         .embedding_and_head = model::quantization{weight_format::int8_sym, 0}};
     bool gguf = false;
+    std::filesystem::path vocab;
     for (int i = 3; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--gguf") {
         gguf = true;
+      } else if (a == "--vocab" && i + 1 < argc) {
+        vocab = argv[++i];
       } else if ((a == "--projections" || a == "--embedding") && i + 1 < argc) {
         (a == "--projections" ? options.projections : options.embedding_and_head) =
             parse_format(argv[++i]);
@@ -101,10 +107,14 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
+    if (!vocab.empty() && !gguf) {
+      std::fprintf(stderr, "npullm_quantize: --vocab needs --gguf\n");
+      return 2;
+    }
     switch (model::stored_weight_type(argv[1])) {
-      case npullm::dtype::f32: run<float>(argv[1], argv[2], options, gguf); break;
-      case npullm::dtype::f16: run<npullm::float16>(argv[1], argv[2], options, gguf); break;
-      case npullm::dtype::bf16: run<npullm::bfloat16>(argv[1], argv[2], options, gguf); break;
+      case npullm::dtype::f32: run<float>(argv[1], argv[2], options, gguf, vocab); break;
+      case npullm::dtype::f16: run<npullm::float16>(argv[1], argv[2], options, gguf, vocab); break;
+      case npullm::dtype::bf16: run<npullm::bfloat16>(argv[1], argv[2], options, gguf, vocab); break;
     }
   } catch (const npullm::error& e) {
     std::fprintf(stderr, "npullm_quantize: %s\n", e.what());

@@ -2,7 +2,10 @@
 // below holding for what it returns, or raises npullm::error with corrupt_data (or unsupported,
 // for a version other than 3 or a big-endian file); anything else is a bug. A parsed file then
 // goes through the model reader (model::read_gguf_model: the architecture keys, RoPE factor
-// tensors), which must give a config or raise corrupt_data or unsupported. Built with clang
+// tensors), which must give a config or raise corrupt_data or unsupported, and every tensor of
+// a weight type the pipeline runs (model::gguf_weight_format: Q8_0 .. IQ4_XS) is decoded, its
+// first and last rows, as a quantized view over its bytes: any bytes are a valid block (NaN or
+// infinite scales included), so neither may throw. Built with clang
 // when it is available (target fuzz_gguf); test_gguf replays the corpus (tests/model/corpus_gguf)
 // through the same check, so those inputs run in CI without libFuzzer.
 #include <algorithm>
@@ -17,6 +20,7 @@
 
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/gguf_model.hpp"
+#include "npullm/ops/quant.hpp"
 
 namespace npullm_fuzz_gguf {
 
@@ -120,6 +124,17 @@ inline void run_one(std::span<const std::byte> bytes) {
       require(known[i - 1]->offset + known[i - 1]->nbytes <= known[i]->offset, "overlap");
     }
     (void)touched;
+    // Every tensor of a runnable weight type, decoded (its first and last rows).
+    for (const auto& t : h.tensors) {
+      const auto format = t.known() ? npullm::model::gguf_weight_format(t.type) : std::nullopt;
+      if (!format || t.rows() == 0) continue;
+      const npullm::ops::quantized_view w(
+          *format, t.rows(), static_cast<std::size_t>(t.ne[0]),
+          bytes.subspan(h.data_offset + static_cast<std::size_t>(t.offset), t.nbytes));
+      std::vector<float> row(w.cols);
+      npullm::ops::dequantize_row(w, 0, row);
+      npullm::ops::dequantize_row(w, w.rows - 1, row);
+    }
   } catch (const npullm::error& e) {
     throw violation(std::string("accessor threw on a parsed file: ") + e.what());
   }

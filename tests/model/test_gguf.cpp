@@ -815,6 +815,20 @@ TEST(Gguf, WritesSeedCorpus) {
     a.header(0, 1).str("k").u32(9).u32(9).u64(1).u32(9).u64(1).u32(7).u64(1).byte(2);
     write_file(dir / "nested_bad_bool", a.v);
   }
+  {
+    // One tensor of every weight type the pipeline runs (2 rows of 256), bytes of a pattern:
+    // the harness decodes them.
+    gguf_writer w;
+    w.add("general.architecture", "qwen2");
+    for (const auto t : {ggml_type::q8_0, ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
+                         ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k,
+                         ggml_type::q5_k, ggml_type::q6_k, ggml_type::iq4_nl, ggml_type::iq4_xs}) {
+      const auto tr = npullm::io::ggml_traits(t);
+      w.add_tensor("w." + npullm::io::ggml_type_name(t), t, {2, 256},
+                   pattern(2 * 256 / tr.block_size * tr.block_bytes, static_cast<unsigned>(t)));
+    }
+    write_file(dir / "tensors_every_type", w.image());
+  }
   write_file(dir / "big_endian",
              assembler{}.text("GGUF").byte(0).byte(0).byte(0).byte(3).zeros(16).v);
   const auto hand = hand_file();

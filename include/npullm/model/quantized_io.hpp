@@ -13,8 +13,10 @@
 // GGUF: general.architecture qwen2 | llama and the <arch>.* keys gguf_model_config reads; F32
 // norms and biases; matrices as their GGUF type (Q8_0, Q4_0, Q4_K, Q6_K) or dense W; Llama's
 // Q and K (weights and biases) row-permuted as llama.cpp's converter stores them. int8_sym /
-// int4_sym matrices have no GGUF type (unsupported). No tokenizer metadata is written: npullm
-// ignores it, llama.cpp needs it (copy it in from the original GGUF to run the file there).
+// int4_sym matrices have no GGUF type (unsupported). Tokenizer metadata is written only when a
+// vocabulary file is given: every `tokenizer.*` key of that GGUF (a model or a vocabulary-only
+// file, e.g. the original model's), so that text/tokenizer.hpp and llama.cpp can read it; its
+// token count must not exceed the model's vocab_size (invalid_argument).
 // Phi-3's fused matrices and the other families are refused (unsupported).
 #pragma once
 
@@ -22,8 +24,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "npullm/core/dtype.hpp"
@@ -194,7 +198,8 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
 
 // A GGUF file llama.cpp's loader reads the tensors of (see the top for what is refused).
 template <storage_type W>
-void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
+void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
+               const std::filesystem::path& vocabulary = {}) {
   const model_config& c = w.config();
   if (c.family != model_family::qwen2 && c.family != model_family::llama) {
     raise(error_code::unsupported, "save_gguf: family ", to_string(c.family),
@@ -227,6 +232,23 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path) {
     g.add(p + "attention.value_length", static_cast<std::uint32_t>(c.head_dim));
   }
   g.add("general.quantization_version", std::uint32_t{2});
+  std::unique_ptr<io::gguf_file> vocab;  // its keys' bytes stay mapped until g.write
+  if (!vocabulary.empty()) {
+    vocab = io::gguf_file::open(vocabulary);
+    const auto* tokens = vocab->find_value("tokenizer.ggml.tokens");
+    const auto* list = tokens ? std::get_if<io::gguf_array>(tokens) : nullptr;
+    if (list == nullptr) {
+      raise(error_code::invalid_argument, "save_gguf: vocabulary ", vocabulary.string(),
+            " has no tokenizer.ggml.tokens array");
+    }
+    if (list->size() > c.vocab_size) {
+      raise(error_code::invalid_argument, "save_gguf: vocabulary ", vocabulary.string(), " has ",
+            list->size(), " tokens, more than the model's vocab_size ", c.vocab_size);
+    }
+    for (const auto& kv : vocab->header().metadata) {
+      if (kv.key.starts_with("tokenizer.")) g.add(std::string(kv.key), io::gguf_meta::from(kv.value));
+    }
+  }
   // Row r of the HF tensor goes to row dst(r) of the file.
   auto dst_row = [&](const std::string& hf, std::size_t r) {
     return gguf_rows_permuted(c.family, hf) ? llama_permuted_row(r, c.head_dim) : r;
