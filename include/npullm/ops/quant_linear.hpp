@@ -337,6 +337,64 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
   });
 }
 
+// The per-format kernels instantiated once for a whole program (a build-time saving, not a
+// run-time one: every translation unit that calls linear over a quantized view otherwise compiles
+// all 14 formats' GEMV, GEMM and tile kernels). One translation unit defines
+// NPULLM_QUANT_KERNELS_INSTANTIATE before including this header; the others define
+// NPULLM_QUANT_KERNELS_EXTERN and use its instantiations (serial and pool_policy). All of them
+// must be compiled with the same flags (the same -march: the same NPULLM_ISA_NAMESPACE). npullm's
+// own tests and examples do so (npullm_quant_kernels in CMakeLists.txt).
+#if defined(NPULLM_QUANT_KERNELS_INSTANTIATE) || defined(NPULLM_QUANT_KERNELS_EXTERN)
+#if defined(NPULLM_QUANT_KERNELS_INSTANTIATE)
+#define NPULLM_QK_EXTERN_
+#else
+#define NPULLM_QK_EXTERN_ extern
+#endif
+#define NPULLM_QK_VIEW_(F, P)                                                                    \
+  NPULLM_QK_EXTERN_ template void run_quant_linear<weight_format::F, P>(                        \
+      const quantized_view&, const float*, std::size_t, std::size_t, const float*, float*,       \
+      std::size_t, const P&);
+#if defined(__AVX2__)
+#define NPULLM_QK_PACKED_(F, P)                                                                  \
+  NPULLM_QK_EXTERN_ template void run_packed_gemm<weight_format::F, P>(                         \
+      const packed_quantized&, const float*, std::size_t, std::size_t, const float*, float*,     \
+      std::size_t, const P&);
+#else
+#define NPULLM_QK_PACKED_(F, P)
+#endif
+#define NPULLM_QK_TILES_(F, P)                                                                   \
+  NPULLM_QK_EXTERN_ template void run_tiles<weight_format::F, P>(                               \
+      const repacked_quantized&, const float*, std::size_t, std::size_t, const float*, float*,   \
+      std::size_t, const P&);
+#define NPULLM_QK_FORMAT_(F) \
+  NPULLM_QK_VIEW_(F, serial) NPULLM_QK_VIEW_(F, pool_policy) NPULLM_QK_PACKED_(F, serial) \
+  NPULLM_QK_PACKED_(F, pool_policy)
+NPULLM_QK_FORMAT_(q8_0)
+NPULLM_QK_FORMAT_(q4_0)
+NPULLM_QK_FORMAT_(q4_k)
+NPULLM_QK_FORMAT_(q6_k)
+NPULLM_QK_FORMAT_(int8_sym)
+NPULLM_QK_FORMAT_(int4_sym)
+NPULLM_QK_FORMAT_(q4_1)
+NPULLM_QK_FORMAT_(q5_0)
+NPULLM_QK_FORMAT_(q5_1)
+NPULLM_QK_FORMAT_(q5_k)
+NPULLM_QK_FORMAT_(q3_k)
+NPULLM_QK_FORMAT_(q2_k)
+NPULLM_QK_FORMAT_(iq4_nl)
+NPULLM_QK_FORMAT_(iq4_xs)
+// The formats with tiles (has_tiles).
+NPULLM_QK_TILES_(q8_0, serial) NPULLM_QK_TILES_(q8_0, pool_policy)
+NPULLM_QK_TILES_(q4_0, serial) NPULLM_QK_TILES_(q4_0, pool_policy)
+NPULLM_QK_TILES_(q4_k, serial) NPULLM_QK_TILES_(q4_k, pool_policy)
+NPULLM_QK_TILES_(q6_k, serial) NPULLM_QK_TILES_(q6_k, pool_policy)
+#undef NPULLM_QK_FORMAT_
+#undef NPULLM_QK_TILES_
+#undef NPULLM_QK_PACKED_
+#undef NPULLM_QK_VIEW_
+#undef NPULLM_QK_EXTERN_
+#endif
+
 // linear over w (its view, its packed panels when `packed` is given and M > 16, its tiles when
 // `repacked` is given).
 template <threading_policy Policy, class XL, class YL>
