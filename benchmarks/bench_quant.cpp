@@ -1,6 +1,8 @@
 // Quantized linear benchmarks (ops/quant_linear.hpp; names and counters as in shared/DESIGN.md):
-// the Qwen2-0.5B MLP projection K = 896, N = 4864 (q4_k: K = 1024, the nearest multiple of its
-// 256-value super-block), weights q8_0, q4_0, q4_k and int4_sym with group 128 (f16 scales).
+// the Qwen2-0.5B MLP projection K = 896, N = 4864 (super-block types: K = 1024, the nearest
+// multiple of 256), weights of every format: q8_0, q4_0, q4_k, q6_k, int4_sym with group 128
+// (f16 scales), and the other GGUF types (q4_1, q5_0, q5_1, iq4_nl, q5_k, q3_k, q2_k, iq4_xs:
+// GEMV and GEMM over the view; they have no tiles or m4 rows).
 //   m1 .../cold: GEMV; GBps over the quantized bytes (data + scales) and pct_bw (% of the read
 //           bandwidth measured in this process); "cold" rotates over enough weight copies to
 //           pass 128 MiB, as bench_ops does.
@@ -39,7 +41,8 @@ struct format_case {
   std::size_t k;
 };
 
-// q4_k, q6_k have no quantizer: random super-blocks with small f16 scales.
+// q4_k, q6_k: random super-blocks with small f16 scales (kept from before they had quantizers:
+// the figures stay comparable); every other format through ops::quantize.
 npullm::ops::quantized_matrix make_weights(const format_case& f, std::size_t n, std::mt19937& rng,
                                            std::vector<std::byte>& raw,
                                            npullm::ops::quantized_view& view) {
@@ -144,15 +147,22 @@ int main(int argc, char** argv) {
                                  {"q4_0", weight_format::q4_0, 0, 896},
                                  {"q4_k", weight_format::q4_k, 0, 1024},
                                  {"q6_k", weight_format::q6_k, 0, 1024},
-                                 {"int4_g128", weight_format::int4_sym, 128, 896}};
+                                 {"int4_g128", weight_format::int4_sym, 128, 896},
+                                 {"q4_1", weight_format::q4_1, 0, 896},
+                                 {"q5_0", weight_format::q5_0, 0, 896},
+                                 {"q5_1", weight_format::q5_1, 0, 896},
+                                 {"iq4_nl", weight_format::iq4_nl, 0, 896},
+                                 {"q5_k", weight_format::q5_k, 0, 1024},
+                                 {"q3_k", weight_format::q3_k, 0, 1024},
+                                 {"q2_k", weight_format::q2_k, 0, 1024},
+                                 {"iq4_xs", weight_format::iq4_xs, 0, 1024}};
   const char* names[] = {"", "/packed", "/repacked"};
   const auto add = [&](const format_case& f, std::size_t m, std::size_t n, layout lay) {
     for (const std::size_t threads : nb::thread_counts()) {
       const bool cold = m <= 16;
-      const std::string name = "linear/m" + std::to_string(m) + "/k" + std::to_string(f.k) +
-                               "/n" + std::to_string(n) + "/" + f.name + (cold ? "/cold" : "") +
-                               names[static_cast<int>(lay)] + "/threads:" +
-                               std::to_string(threads);
+      const std::string name = "linear/m" + std::to_string(m) + "/k" + std::to_string(f.k) + "/n" +
+                               std::to_string(n) + "/" + f.name + (cold ? "/cold" : "") +
+                               names[static_cast<int>(lay)] + "/threads:" + std::to_string(threads);
       benchmark::RegisterBenchmark(name.c_str(), quant_benchmark, f, m, n, cold, threads, lay)
           ->Unit(benchmark::kMicrosecond);
     }
@@ -162,7 +172,8 @@ int main(int argc, char** argv) {
       if (m <= 16 && lay == layout::packed) continue;  // GEMV reads the source view either way
       for (const auto& f : formats) {
         if (lay == layout::repacked && !npullm::ops::has_repacked_layout(f.format)) continue;
-        if (m == 4 && f.format == weight_format::int4_sym) continue;
+        // m4: the formats with tiles (its point is view vs tiles at a few decode rows).
+        if (m == 4 && !npullm::ops::has_repacked_layout(f.format)) continue;
         add(f, m, 4864, lay);
       }
     }

@@ -2,11 +2,16 @@
 // vocabulary (text/tokenizer.hpp), prefills, samples and decodes, streaming the text as it is
 // generated, then prints prompt and generation tokens/s.
 //
-//   npullm_run -m FILE.gguf -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8] [--top-k 40]
-//              [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1] [--repeat-last-n 64]
-//              [--frequency-penalty 0] [--presence-penalty 0] [--seed N] [-t threads]
-//              [-c context]
+//   npullm_run -m FILE.gguf|DIR -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8]
+//              [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]
+//              [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]
+//              [-t threads] [-c context] [--vocab VOCAB.gguf]
 //
+//   -m DIR        a Hugging Face directory (config.json + safetensors, read by
+//                 model_weights::load; its torch_dtype is the weight type). Its tokenizer.json
+//                 is not read: the vocabulary comes from a GGUF, --vocab or DIR/vocab.gguf
+//   --vocab       the vocabulary (tokenizer.* keys) from this GGUF instead of the model's: a
+//                 vocabulary-only GGUF such as llama.cpp's ggml-vocab-*.gguf, or any model file
 //   --chat        the prompt is a user message in the file's chat template
 //                 (tokenizer.chat_template: ChatML / Qwen, Llama 3, Llama 2, Mistral, Gemma,
 //                 Phi-3), the generation prompt opened; --system adds a system message
@@ -24,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <random>
@@ -34,6 +40,7 @@
 #include "npullm/batch/sampler.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/causal_lm.hpp"
+#include "npullm/model/config.hpp"
 #include "npullm/model/weights.hpp"
 #include "npullm/text/chat_template.hpp"
 #include "npullm/text/detokenizer.hpp"
@@ -45,6 +52,7 @@ using clock_type = std::chrono::steady_clock;
 
 struct options {
   std::string model;
+  std::string vocab;  // --vocab: the tokenizer's GGUF when not the model's
   std::string prompt;
   std::optional<std::string> system;
   std::size_t n_predict = 128;
@@ -64,11 +72,12 @@ struct options {
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s -m FILE.gguf -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8]\n"
+      "usage: %s -m FILE.gguf|DIR -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8]\n"
       "          [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]\n"
       "          [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]\n"
-      "          [-t threads] [-c context]\n\n"
-      "Generates text with a GGUF model, streaming it, then prints tokens/s.\n"
+      "          [-t threads] [-c context] [--vocab VOCAB.gguf]\n\n"
+      "Generates text with a GGUF model (or a Hugging Face directory with a GGUF vocabulary:\n"
+      "--vocab or DIR/vocab.gguf), streaming it, then prints tokens/s.\n"
       "  --chat            the prompt as a user message in the file's chat template\n"
       "  --temp 0          greedy decoding\n"
       "  --repeat-penalty, --frequency-penalty, --presence-penalty: over the last\n"
@@ -85,8 +94,8 @@ npullm::batch::sampler_config sampling(const options& o) {
           .repeat_penalty = o.repeat_penalty,
           .frequency_penalty = o.frequency_penalty,
           .presence_penalty = o.presence_penalty,
-          .penalty_last_n = o.repeat_last_n == -1 ? std::numeric_limits<std::int64_t>::max()
-                                                  : o.repeat_last_n};
+          .penalty_last_n =
+              o.repeat_last_n == -1 ? std::numeric_limits<std::int64_t>::max() : o.repeat_last_n};
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -109,7 +118,9 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   namespace model = npullm::model;
   using config = model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, W>;
   auto t = clock_type::now();
-  const auto weights = model::model_weights<W>::load_gguf(o.model);
+  const auto weights = std::filesystem::is_directory(o.model)
+                           ? model::model_weights<W>::load(o.model)
+                           : model::model_weights<W>::load_gguf(o.model);
   const std::size_t capacity = o.context != 0 ? o.context : prompt.size() + o.n_predict;
   if (capacity < prompt.size() + 1) {
     std::fprintf(stderr, "error: -c %zu does not hold the prompt's %zu tokens and one more\n",
@@ -119,6 +130,11 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   npullm::thread_pool pool(o.threads);
   model::causal_lm<config> lm(weights, {.max_sequence = capacity, .pool = &pool});
   const auto& c = lm.config();
+  if (tok.size() > c.vocab_size) {
+    std::fprintf(stderr, "error: the vocabulary has %zu tokens, the model's vocab_size is %zu\n",
+                 tok.size(), c.vocab_size);
+    return 1;
+  }
   std::fprintf(stderr,
                "npullm_run: %s, %zu layers, hidden %zu, vocab %zu (tokenizer %zu), %s weights, %zu "
                "threads, loaded in %.2f s\n",
@@ -191,6 +207,8 @@ int main(int argc, char** argv) {
         return 0;
       } else if (a == "-m" || a == "--model") {
         o.model = value(i), have_model = true;
+      } else if (a == "--vocab") {
+        o.vocab = value(i);
       } else if (a == "-p" || a == "--prompt") {
         o.prompt = value(i), have_prompt = true;
       } else if (a == "-n" || a == "--n-predict") {
@@ -236,7 +254,22 @@ int main(int argc, char** argv) {
   }
   try {
     sampling(o).validate();  // before the model loads
-    const auto file = npullm::io::gguf_file::open(o.model);
+    // The vocabulary's GGUF: --vocab, else the model file, else (a directory) DIR/vocab.gguf.
+    const bool directory = std::filesystem::is_directory(o.model);
+    std::filesystem::path vocab = o.vocab.empty() ? o.model : o.vocab;
+    if (directory && o.vocab.empty()) {
+      vocab /= "vocab.gguf";
+      if (!std::filesystem::exists(vocab)) {
+        std::fprintf(stderr,
+                     "error: %s is a model directory and npullm_run reads vocabularies from GGUF "
+                     "files only (not tokenizer.json): give one with --vocab VOCAB.gguf (a "
+                     "vocabulary-only GGUF such as llama.cpp's ggml-vocab-qwen2.gguf, or a model "
+                     "GGUF of the same vocabulary) or put it at %s\n",
+                     o.model.c_str(), vocab.c_str());
+        return 1;
+      }
+    }
+    const auto file = npullm::io::gguf_file::open(vocab);
     const auto tok = npullm::text::tokenizer::from_gguf(*file);
     std::string text = o.prompt;
     if (o.chat) {
@@ -259,7 +292,12 @@ int main(int argc, char** argv) {
       std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
       std::fflush(stdout);
     }
-    switch (dense_matrix_type(*file)) {
+    // The pipeline's weight type: the directory's torch_dtype, or the GGUF's dense matrices'.
+    const npullm::dtype weight_type =
+        directory         ? npullm::model::load_config(o.model).torch_dtype
+        : o.vocab.empty() ? dense_matrix_type(*file)
+                          : dense_matrix_type(*npullm::io::gguf_file::open(o.model));
+    switch (weight_type) {
       case npullm::dtype::f16: return generate<npullm::float16>(o, tok, prompt);
       case npullm::dtype::bf16: return generate<npullm::bfloat16>(o, tok, prompt);
       case npullm::dtype::f32: break;

@@ -3,8 +3,10 @@
 # keys of ../shared/vocab/ggml-vocab-phi-3.gguf (random weights: the text means nothing, every
 # step is real). Checks: the prompt echoed and the tokens/s lines; the same seed gives the same
 # text with every sampling control on; the penalties change greedy text; --chat names the
-# file's template; bad values are refused before the model loads.
-#   -DRUN=<npullm_run> -DGGUF=<the model file>
+# file's template; bad values are refused before the model loads; the model's Hugging Face
+# directory runs with --vocab, and without a GGUF vocabulary is refused saying what it needs.
+#   -DRUN=<npullm_run> -DGGUF=<the model file> -DMODEL_DIR=<its bf16 directory>
+#   -DVOCAB=<the vocabulary GGUF>
 cmake_minimum_required(VERSION 3.21)
 
 function(fail)
@@ -68,3 +70,18 @@ foreach(bad "--min-p;2" "--repeat-penalty;0" "--repeat-last-n;-2" "--top-p;0")
     fail("'${bad}' was not refused before loading (exit ${rc}):\n${err}")
   endif()
 endforeach()
+
+# ---- the Hugging Face directory (bf16): vocabulary from --vocab; none: a clear refusal ---------
+execute_process(COMMAND ${RUN} -m ${MODEL_DIR} --vocab ${VOCAB} -p "The capital of France is"
+                        -n 8 --temp 0 -t 1
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT err MATCHES "bf16 weights" OR NOT err MATCHES "generation: +8 tokens"
+   OR NOT out MATCHES "^The capital of France is")
+  fail("-m <directory> --vocab did not generate 8 tokens with bf16 weights (exit ${rc}):\n${err}")
+endif()
+execute_process(COMMAND ${RUN} -m ${MODEL_DIR} -p "x"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "--vocab VOCAB.gguf" OR NOT err MATCHES "tokenizer.json")
+  fail("-m <directory> without a GGUF vocabulary was not refused saying what it needs "
+       "(exit ${rc}):\n${err}")
+endif()

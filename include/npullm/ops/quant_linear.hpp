@@ -350,25 +350,27 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
 #else
 #define NPULLM_QK_EXTERN_ extern
 #endif
-#define NPULLM_QK_VIEW_(F, P)                                                                    \
-  NPULLM_QK_EXTERN_ template void run_quant_linear<weight_format::F, P>(                        \
-      const quantized_view&, const float*, std::size_t, std::size_t, const float*, float*,       \
+#define NPULLM_QK_VIEW_(F, P)                                                              \
+  NPULLM_QK_EXTERN_ template void run_quant_linear<weight_format::F, P>(                   \
+      const quantized_view&, const float*, std::size_t, std::size_t, const float*, float*, \
       std::size_t, const P&);
 #if defined(__AVX2__)
-#define NPULLM_QK_PACKED_(F, P)                                                                  \
-  NPULLM_QK_EXTERN_ template void run_packed_gemm<weight_format::F, P>(                         \
-      const packed_quantized&, const float*, std::size_t, std::size_t, const float*, float*,     \
+#define NPULLM_QK_PACKED_(F, P)                                                              \
+  NPULLM_QK_EXTERN_ template void run_packed_gemm<weight_format::F, P>(                      \
+      const packed_quantized&, const float*, std::size_t, std::size_t, const float*, float*, \
       std::size_t, const P&);
 #else
 #define NPULLM_QK_PACKED_(F, P)
 #endif
-#define NPULLM_QK_TILES_(F, P)                                                                   \
-  NPULLM_QK_EXTERN_ template void run_tiles<weight_format::F, P>(                               \
-      const repacked_quantized&, const float*, std::size_t, std::size_t, const float*, float*,   \
+#define NPULLM_QK_TILES_(F, P)                                                                 \
+  NPULLM_QK_EXTERN_ template void run_tiles<weight_format::F, P>(                              \
+      const repacked_quantized&, const float*, std::size_t, std::size_t, const float*, float*, \
       std::size_t, const P&);
-#define NPULLM_QK_FORMAT_(F) \
-  NPULLM_QK_VIEW_(F, serial) NPULLM_QK_VIEW_(F, pool_policy) NPULLM_QK_PACKED_(F, serial) \
-  NPULLM_QK_PACKED_(F, pool_policy)
+// clang-format off
+#define NPULLM_QK_FORMAT_(F)                                     \
+  NPULLM_QK_VIEW_(F, serial) NPULLM_QK_VIEW_(F, pool_policy)     \
+  NPULLM_QK_PACKED_(F, serial) NPULLM_QK_PACKED_(F, pool_policy)
+#define NPULLM_QK_TILED_(F) NPULLM_QK_TILES_(F, serial) NPULLM_QK_TILES_(F, pool_policy)
 NPULLM_QK_FORMAT_(q8_0)
 NPULLM_QK_FORMAT_(q4_0)
 NPULLM_QK_FORMAT_(q4_k)
@@ -384,10 +386,14 @@ NPULLM_QK_FORMAT_(q2_k)
 NPULLM_QK_FORMAT_(iq4_nl)
 NPULLM_QK_FORMAT_(iq4_xs)
 // The formats with tiles (has_tiles).
-NPULLM_QK_TILES_(q8_0, serial) NPULLM_QK_TILES_(q8_0, pool_policy)
-NPULLM_QK_TILES_(q4_0, serial) NPULLM_QK_TILES_(q4_0, pool_policy)
-NPULLM_QK_TILES_(q4_k, serial) NPULLM_QK_TILES_(q4_k, pool_policy)
-NPULLM_QK_TILES_(q6_k, serial) NPULLM_QK_TILES_(q6_k, pool_policy)
+NPULLM_QK_TILED_(q8_0)
+NPULLM_QK_TILED_(q4_0)
+NPULLM_QK_TILED_(q4_k)
+NPULLM_QK_TILED_(q6_k)
+// clang-format on
+static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
+              "a new weight_format: add it to the extern instantiations above");
+#undef NPULLM_QK_TILED_
 #undef NPULLM_QK_FORMAT_
 #undef NPULLM_QK_TILES_
 #undef NPULLM_QK_PACKED_
