@@ -2,7 +2,9 @@
 // present chunk's own K/V as the final tile), with an online-softmax state per query row.
 //
 //   q        (q_heads, q_len, D)     f32
-//   past     tiles of (kv_heads, len, D) K and V, f32 / f16 / bf16 storage, at consecutive
+//   past     tiles of (kv_heads, len, D) K and V, f32 / f16 / bf16 storage or a quantized KV
+//            format (kv::q8_0, kv::q4_0: tiles of (kv_heads, len, D / 32) units, read fused by
+//            kv::load16, never dequantized into a copy), at consecutive
 //            positions p0, p0 + len0, ... (p0 = 0 for a whole cache; later when the keys
 //            before p0 are gone: a ring cache, released blocks; the mask must hide them)
 //   present  optional final tile (kv_heads, q_len, D) at the position after the past's last
@@ -153,6 +155,18 @@ template <class T>
 inline void prefetch_ahead(const T* p) noexcept {
   __builtin_prefetch(p + 1024, 0, 0);
 }
+// The same for elements [c, c + 16) of a row of units: 16-bit and f32 rows once per 64 bytes;
+// quantized rows about as often (q8_0: every 64 elements, 68 bytes; q4_0: every 128, 72 bytes),
+// 2 KiB ahead like a bf16 stream.
+template <class T>
+inline void prefetch_row(const T* row, std::size_t c) noexcept {
+  if constexpr (kv::quantized_kv_element<T>) {
+    constexpr std::size_t every = sizeof(T) > 32 ? 64 : 128;
+    if (c % every == 0) __builtin_prefetch(reinterpret_cast<const char*>(row + c / 32) + 2048, 0, 0);
+  } else {
+    if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(row + c);
+  }
+}
 
 // Scores of R rows against the transposed sub-tile: s[r] lane j = q_r . k_j.
 template <std::size_t R>
@@ -170,9 +184,10 @@ inline void block_scores(const float* q, const float* kt, std::size_t dim, simd:
 
 // Scores of one row against n keys without transposing K: a dot-product accumulator per key
 // (key_group keys at a time), then one reduction tree for all 16 (cheaper than a transpose when
-// a single row uses the keys).
+// a single row uses the keys). Key j's row of units starts at k + j * (dim / unit_elements<T>).
 template <class T>
 inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::size_t dim) {
+  const std::size_t units = dim / kv::unit_elements<T>;
   simd::f32x16 sums[key_block];
   if (n == key_block) {
     for (std::size_t j0 = 0; j0 < key_block; j0 += key_group) {
@@ -181,9 +196,9 @@ inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::s
       for (std::size_t c = 0; c < dim; c += simd::lanes) {
         const simd::f32x16 qc = simd::load(q + c);
         NPULLM_UNROLL for (std::size_t j = 0; j < key_group; ++j) {
-          const T* kj = k + (j0 + j) * dim + c;
-          if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(kj);
-          acc[j] = simd::fmadd(qc, simd::load(kj), acc[j]);
+          const T* kj = k + (j0 + j) * units;
+          prefetch_row(kj, c);
+          acc[j] = simd::fmadd(qc, kv::load16(kj, c), acc[j]);
         }
       }
       NPULLM_UNROLL for (std::size_t j = 0; j < key_group; ++j) sums[j0 + j] = acc[j];
@@ -192,7 +207,7 @@ inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::s
     for (std::size_t j = 0; j < key_block; ++j) {
       simd::f32x16 acc = simd::zero();
       for (std::size_t c = 0; j < n && c < dim; c += simd::lanes) {
-        acc = simd::fmadd(simd::load(q + c), simd::load(k + j * dim + c), acc);
+        acc = simd::fmadd(simd::load(q + c), kv::load16(k + j * units, c), acc);
       }
       sums[j] = acc;
     }
@@ -212,6 +227,7 @@ template <std::size_t R, class T>
 inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc,
                      bool stream) {
   constexpr std::size_t lanes = simd::lanes;
+  const std::size_t units = dim / kv::unit_elements<T>;
   constexpr std::size_t C = pv_columns<R>;
   for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
     const std::size_t nc = std::min(C, (dim - c0) / lanes);
@@ -224,9 +240,8 @@ inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim,
     for (std::size_t j = 0; j < n; ++j) {
       simd::f32x16 vj[C];
       NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
-        if (stream && c < nc && ((c0 + c * lanes) * sizeof(T)) % 64 == 0)
-          prefetch_ahead(v + j * dim + c0 + c * lanes);
-        vj[c] = c < nc ? simd::load(v + j * dim + c0 + c * lanes) : simd::zero();
+        if (stream && c < nc) prefetch_row(v + j * units, c0 + c * lanes);
+        vj[c] = c < nc ? kv::load16(v + j * units, c0 + c * lanes) : simd::zero();
       }
       NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
         const simd::f32x16 pr = simd::set1(p[r * key_block + j]);
@@ -307,7 +322,7 @@ template <mask_policy Mask>
 }
 
 // One sub-tile of n <= 16 keys at positions [j0, j0 + n) for the rows of KV head hk: k, v point
-// at that head's first key of the sub-tile, rows D elements apart.
+// at that head's first key of the sub-tile, rows D / unit_elements<T> units apart.
 template <class T, mask_policy Mask>
 void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v, std::size_t j0,
                   std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
@@ -318,11 +333,12 @@ void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v,
                mask, s);
   } else {
     // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
+    const std::size_t units = dim / kv::unit_elements<T>;
     for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
       simd::f32x16 block[simd::lanes];
       for (std::size_t j = 0; j < simd::lanes; ++j) {
-        if (s.stream && j < n && (d0 * sizeof(T)) % 64 == 0) prefetch_ahead(k + j * dim + d0);
-        block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
+        if (s.stream && j < n) prefetch_row(k + j * units, d0);
+        block[j] = j < n ? kv::load16(k + j * units, d0) : simd::zero();
       }
       simd::transpose16(block);
       for (std::size_t d = 0; d < simd::lanes; ++d) {
@@ -356,8 +372,9 @@ void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t
     const tile_visibility vis = mask.classify(rows.q_begin, rows.q_end, pos, pos + n);
     if (vis == tile_visibility::hidden) return;
     s.keys_read += n;
-    const T* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * dim;
-    const T* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * dim;
+    const std::size_t units = dim / kv::unit_elements<T>;
+    const T* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * units;
+    const T* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * units;
     process_keys(rows, hk, k, v, pos, n, dim, vis, mask, s);
   };
   constexpr std::size_t far_apart = 64 * 1024;  // bytes between heads
@@ -384,14 +401,17 @@ void check_tile(const kv::kv_tile<T>& t, std::size_t kv_heads, std::size_t dim,
                 std::size_t position, const char* what) {
   const auto& k = t.k;
   const auto& v = t.v;
-  if (k.extent(0) != kv_heads || v.extent(0) != kv_heads || k.extent(2) != dim ||
-      v.extent(2) != dim || v.extent(1) != k.extent(1)) {
+  // A quantized tile's last extent counts units of unit_elements<T> elements.
+  constexpr std::size_t g = kv::unit_elements<T>;
+  const std::size_t units = dim / g;
+  if (k.extent(0) != kv_heads || v.extent(0) != kv_heads || k.extent(2) * g != dim ||
+      v.extent(2) * g != dim || v.extent(1) != k.extent(1)) {
     raise(error_code::invalid_shape, "flash_attention: ", what, " K ",
           npullm::detail::format_extents(k.extents()), " / V ",
           npullm::detail::format_extents(v.extents()), " do not match ", kv_heads,
-          " KV heads and head_dim ", dim);
+          " KV heads and head_dim ", dim, g == 1 ? "" : " (in units of 32 elements)");
   }
-  if (k.stride(2) != 1 || v.stride(2) != 1 || k.stride(1) != dim || v.stride(1) != dim) {
+  if (k.stride(2) != 1 || v.stride(2) != 1 || k.stride(1) != units || v.stride(1) != units) {
     raise(error_code::unsupported, "flash_attention: ", what,
           " rows must be dense (stride 1 within a key, head_dim between keys)");
   }
@@ -404,7 +424,7 @@ void check_tile(const kv::kv_tile<T>& t, std::size_t kv_heads, std::size_t dim,
 }  // namespace detail
 
 // Flash attention over explicit tiles. See the top of this file for shapes.
-template <flash_policy Tiles = flash<>, storage_type T, storage_type P = float,
+template <flash_policy Tiles = flash<>, kv::kv_element T, storage_type P = float,
           mask_policy Mask = no_mask, threading_policy Policy = serial>
 void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> past,
                      const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {

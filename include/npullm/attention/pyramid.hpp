@@ -142,7 +142,7 @@ class pyramid_step {
 
 // The variant's past KV over a contiguous cache: positions [0, past_capacity) of the shared
 // buffer, valid or not (padding is masked). Zero-copy.
-template <storage_type T, class A>
+template <kv::kv_element T, class A>
 kv::kv_tile<T> pyramid_past(const kv::contiguous_cache<T, A>& cache, std::size_t layer,
                             const pyramid_step& step) {
   const std::size_t past = step.variant().past_capacity;
@@ -155,7 +155,7 @@ kv::kv_tile<T> pyramid_past(const kv::contiguous_cache<T, A>& cache, std::size_t
 
 // The variant's past KV over a block table with block size q: its first i blocks, whole
 // (padded slots of a partial last block are masked). Zero-copy.
-template <storage_type T, class A>
+template <kv::kv_element T, class A>
 std::vector<kv::kv_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std::size_t layer,
                                          const pyramid_step& step) {
   const auto& pool = table.pool();
@@ -176,9 +176,9 @@ std::vector<kv::kv_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std
   for (std::size_t i = 0; i < blocks; ++i) {
     const kv::block_id b = table.blocks()[i];
     tiles.push_back({kv::make_kv_view(pool.block(b, layer, kv::kv_part::k).data_handle(),
-                                      s.kv_heads, bs, s.head_dim, bs * s.head_dim),
+                                      s.kv_heads, bs, pool.units(), bs * pool.units()),
                      kv::make_kv_view(pool.block(b, layer, kv::kv_part::v).data_handle(),
-                                      s.kv_heads, bs, s.head_dim, bs * s.head_dim),
+                                      s.kv_heads, bs, pool.units(), bs * pool.units()),
                      i * bs});
   }
   return tiles;
@@ -186,7 +186,7 @@ std::vector<kv::kv_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std
 
 // Runs the step's variant for one layer: q (q_heads, rows, D) against the past tiles and the
 // present tile (kv_heads, rows, D) under the step's mask, as the device would.
-template <flash_policy Tiles = flash<>, storage_type T, storage_type P = float,
+template <flash_policy Tiles = flash<>, kv::kv_element T, storage_type P = float,
           threading_policy Policy = serial>
 void pyramid_attention(const attention_io& io, std::span<const kv::kv_tile<T>> past,
                        const kv::kv_tile<P>& present, const pyramid_step& step,

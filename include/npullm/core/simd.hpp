@@ -72,6 +72,18 @@ inline f32x16 load(const bfloat16* p) noexcept {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return {_mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, b), 16))};
 }
+// 16 signed bytes as floats (quantized KV: kv::q8_0).
+inline f32x16 load_s8(const std::int8_t* p) noexcept {
+  return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
+}
+// The low (high = false) or high 4 bits of 16 bytes, minus 8, as floats -8..7 (quantized KV:
+// kv::q4_0).
+inline f32x16 load_q4(const std::uint8_t* p, bool high) noexcept {
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (high) b = _mm_srli_epi16(b, 4);
+  b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+  return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b))};
+}
 // The first n (< 16) lanes from p, the rest zero; reads only n elements.
 inline f32x16 load_partial(const float* p, std::size_t n) noexcept {
   return {_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p)};
@@ -326,6 +338,21 @@ inline f32x16 load(const bfloat16* p) noexcept {
   return {detail::bf16_to_f32(_mm256_castsi256_si128(b)),
           detail::bf16_to_f32(_mm256_extracti128_si256(b, 1))};
 }
+// 16 signed bytes as floats (quantized KV: kv::q8_0).
+inline f32x16 load_s8(const std::int8_t* p) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)))};
+}
+// The low (high = false) or high 4 bits of 16 bytes, minus 8, as floats -8..7 (quantized KV:
+// kv::q4_0).
+inline f32x16 load_q4(const std::uint8_t* p, bool high) noexcept {
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (high) b = _mm_srli_epi16(b, 4);
+  b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)))};
+}
 // The first n (< 16) lanes from p, the rest zero; reads only n elements.
 inline f32x16 load_partial(const float* p, std::size_t n) noexcept {
   const auto s = static_cast<std::ptrdiff_t>(n);
@@ -452,6 +479,16 @@ template <class T>
 inline f32x16 load(const T* p) noexcept {
   f32x16 r;
   for (std::size_t i = 0; i < lanes; ++i) r.v[i] = to_float(p[i]);
+  return r;
+}
+inline f32x16 load_s8(const std::int8_t* p) noexcept {
+  f32x16 r;
+  for (std::size_t i = 0; i < lanes; ++i) r.v[i] = static_cast<float>(p[i]);
+  return r;
+}
+inline f32x16 load_q4(const std::uint8_t* p, bool high) noexcept {
+  f32x16 r;
+  for (std::size_t i = 0; i < lanes; ++i) r.v[i] = static_cast<float>(((high ? p[i] >> 4 : p[i]) & 15) - 8);
   return r;
 }
 template <class T>

@@ -36,7 +36,7 @@ namespace npullm::kv {
 using block_id = std::uint32_t;
 inline constexpr block_id no_block = std::numeric_limits<block_id>::max();
 
-template <storage_type T, class Allocator = aligned_allocator<T>>
+template <kv_element T, class Allocator = aligned_allocator<T>>
 class block_pool {
  public:
   using value_type = T;
@@ -47,9 +47,8 @@ class block_pool {
       : shape_(checked_shape(shape)),
         block_size_(block_size),
         num_blocks_(checked_count(block_size, num_blocks)),
-        block_elements_(shape.kv_heads * block_size * shape.head_dim),
-        storage_({shape.layers * 2, num_blocks, shape.kv_heads * block_size * shape.head_dim},
-                 alloc),
+        block_elements_(shape.kv_heads * block_size * kv_units<T>(shape.head_dim, "block_pool")),
+        storage_({shape.layers * 2, num_blocks, block_elements_}, alloc),
         ref_(num_blocks, 0),
         cached_(num_blocks, 0),
         prev_(num_blocks),
@@ -132,13 +131,12 @@ class block_pool {
 
   // (kv_heads, block_size, head_dim) of block b, one layer, K or V: zero-copy.
   [[nodiscard]] dense_view<T, 3> block(block_id b, std::size_t layer, kv_part part) noexcept {
-    return dense_view<T, 3>(block_data(b, layer, part), shape_.kv_heads, block_size_,
-                            shape_.head_dim);
+    return dense_view<T, 3>(block_data(b, layer, part), shape_.kv_heads, block_size_, units());
   }
   [[nodiscard]] dense_view<const T, 3> block(block_id b, std::size_t layer,
                                              kv_part part) const noexcept {
     return dense_view<const T, 3>(block_data(b, layer, part), shape_.kv_heads, block_size_,
-                                  shape_.head_dim);
+                                  units());
   }
 
   // Copies the first `tokens` tokens of every layer's K and V from src to dst.
@@ -148,8 +146,8 @@ class block_pool {
         const T* s = block_data(src, layer, part);
         T* d = block_data(dst, layer, part);
         for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
-          const std::size_t offset = h * block_size_ * shape_.head_dim;
-          std::memcpy(d + offset, s + offset, tokens * shape_.head_dim * sizeof(T));
+          const std::size_t offset = h * block_size_ * units();
+          std::memcpy(d + offset, s + offset, tokens * units() * sizeof(T));
         }
       }
     }
@@ -158,6 +156,8 @@ class block_pool {
   // ---- observers -------------------------------------------------------------------------
 
   [[nodiscard]] const kv_shape& shape() const noexcept { return shape_; }
+  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
+  [[nodiscard]] std::size_t units() const noexcept { return shape_.head_dim / unit_elements<T>; }
   [[nodiscard]] std::size_t block_size() const noexcept { return block_size_; }
   [[nodiscard]] std::size_t total_count() const noexcept { return num_blocks_; }
   [[nodiscard]] std::size_t free_count() const noexcept { return free_count_; }

@@ -45,7 +45,7 @@ struct token_range {
   std::size_t end = 0;
 };
 
-template <storage_type T, class Allocator = aligned_allocator<T>>
+template <kv_element T, class Allocator = aligned_allocator<T>>
 class block_table {
  public:
   using value_type = T;
@@ -217,10 +217,11 @@ class block_table {
     const std::size_t len = std::min(bs, length - first);
     const auto& p = *pool_;
     const auto& s = p.shape();
+    const std::size_t units = p.units();
     return {make_kv_view(p.block(blocks_[i], layer, kv_part::k).data_handle(), s.kv_heads, len,
-                         s.head_dim, bs * s.head_dim),
+                         units, bs * units),
             make_kv_view(p.block(blocks_[i], layer, kv_part::v).data_handle(), s.kv_heads, len,
-                         s.head_dim, bs * s.head_dim),
+                         units, bs * units),
             first};
   }
 

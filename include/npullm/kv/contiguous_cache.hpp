@@ -19,7 +19,7 @@
 
 namespace npullm::kv {
 
-template <storage_type T, class Allocator = aligned_allocator<T>>
+template <kv_element T, class Allocator = aligned_allocator<T>>
 class contiguous_cache {
  public:
   using value_type = T;
@@ -27,7 +27,9 @@ class contiguous_cache {
   contiguous_cache(kv_shape shape, std::size_t capacity, const Allocator& alloc = Allocator())
       : shape_(checked(shape, capacity)),
         capacity_(capacity),
-        storage_({shape.layers * 2, shape.kv_heads, capacity * shape.head_dim}, alloc) {}
+        storage_({shape.layers * 2, shape.kv_heads,
+                  capacity * kv_units<T>(shape.head_dim, "contiguous_cache")},
+                 alloc) {}
 
   // Reserves n more positions; returns the first. Throws capacity_exhausted when they do not
   // fit (the length is unchanged).
@@ -52,8 +54,8 @@ class contiguous_cache {
 
   // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim).
   [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer, kv_part part) noexcept {
-    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, shape_.head_dim,
-                        capacity_ * shape_.head_dim);
+    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, units(),
+                        capacity_ * units());
   }
   // Where token `pos` (< length()) keeps its K or V for a layer: (kv_heads, head_dim).
   [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part) {
@@ -77,12 +79,12 @@ class contiguous_cache {
   // Tokens [first, first + len) of one layer as a tile: zero-copy.
   [[nodiscard]] kv_tile<T> range_tile(std::size_t layer, std::size_t first,
                                       std::size_t len) const noexcept {
-    const std::size_t head_stride = capacity_ * shape_.head_dim;
-    const std::size_t offset = first * shape_.head_dim;
-    return {make_kv_view<const T>(data(layer, kv_part::k) + offset, shape_.kv_heads, len,
-                                  shape_.head_dim, head_stride),
-            make_kv_view<const T>(data(layer, kv_part::v) + offset, shape_.kv_heads, len,
-                                  shape_.head_dim, head_stride),
+    const std::size_t head_stride = capacity_ * units();
+    const std::size_t offset = first * units();
+    return {make_kv_view<const T>(data(layer, kv_part::k) + offset, shape_.kv_heads, len, units(),
+                                  head_stride),
+            make_kv_view<const T>(data(layer, kv_part::v) + offset, shape_.kv_heads, len, units(),
+                                  head_stride),
             first};
   }
 
@@ -106,11 +108,13 @@ class contiguous_cache {
     if (capacity == 0) raise(error_code::invalid_argument, "contiguous_cache: capacity 0");
     return shape;
   }
+  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
+  std::size_t units() const noexcept { return shape_.head_dim / unit_elements<T>; }
   T* data(std::size_t layer, kv_part part) noexcept {
-    return storage_.data() + layer_part_offset(shape_, capacity_, layer, part);
+    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
   }
   const T* data(std::size_t layer, kv_part part) const noexcept {
-    return storage_.data() + layer_part_offset(shape_, capacity_, layer, part);
+    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
   }
 
   kv_shape shape_;
@@ -119,7 +123,7 @@ class contiguous_cache {
   tensor<T, 3, Allocator> storage_;  // (layers * 2, kv_heads, capacity * head_dim)
 };
 
-template <storage_type T, class Allocator>
+template <kv_element T, class Allocator>
 class contiguous_cache<T, Allocator>::block_split {
  public:
   using value_type = T;

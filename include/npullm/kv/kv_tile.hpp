@@ -14,6 +14,7 @@
 
 #include "npullm/core/error.hpp"
 #include "npullm/core/tensor_view.hpp"
+#include "npullm/kv/kv_format.hpp"
 
 namespace npullm::kv {
 
@@ -39,17 +40,19 @@ struct kv_shape {
 
 enum class kv_part { k = 0, v = 1 };
 
-// Where (layer, part)'s [kv_heads, capacity, head_dim] block starts in a cache laid out
-// [layers][K|V][kv_heads, capacity, head_dim] (contiguous_cache, ring_cache), in elements.
-constexpr std::size_t layer_part_offset(const kv_shape& s, std::size_t capacity, std::size_t layer,
-                                        kv_part part) noexcept {
-  return (layer * 2 + static_cast<std::size_t>(part)) * s.kv_heads * capacity * s.head_dim;
+// Where (layer, part)'s [kv_heads, capacity, units] block starts in a cache laid out
+// [layers][K|V][kv_heads, capacity, units] (contiguous_cache, ring_cache), in storage units
+// (units: head_dim / unit_elements of the cache's format, kv_format.hpp).
+constexpr std::size_t layer_part_offset(const kv_shape& s, std::size_t units, std::size_t capacity,
+                                        std::size_t layer, kv_part part) noexcept {
+  return (layer * 2 + static_cast<std::size_t>(part)) * s.kv_heads * capacity * units;
 }
 
+// A quantized format's tile holds units: (kv_heads, length, head_dim / unit_elements<T>).
 template <class T>
 struct kv_tile {
-  strided_view<const T, 3> k;  // (kv_heads, length, head_dim)
-  strided_view<const T, 3> v;  // (kv_heads, length, head_dim)
+  strided_view<const T, 3> k;  // (kv_heads, length, head_dim | units)
+  strided_view<const T, 3> v;  // (kv_heads, length, head_dim | units)
   std::size_t position = 0;    // sequence position of the tile's first token
 
   [[nodiscard]] std::size_t length() const noexcept { return k.extent(1); }
@@ -63,7 +66,8 @@ concept kv_source = requires(const S& s, std::size_t i) {
   { s.tile(i, i) } -> std::same_as<kv_tile<typename S::value_type>>;
 };
 
-// [kv_heads, length, head_dim] view with the given head stride (elements between heads).
+// [kv_heads, length, head_dim] view with the given head stride (elements between heads); for a
+// quantized format, units in place of elements.
 template <class T>
 strided_view<T, 3> make_kv_view(T* data, std::size_t kv_heads, std::size_t length,
                                 std::size_t head_dim, std::size_t head_stride) {

@@ -31,7 +31,7 @@ inline std::vector<std::size_t> doubling_capacities(std::size_t base, std::size_
   return out;
 }
 
-template <storage_type T, class Allocator = aligned_allocator<T>>
+template <kv_element T, class Allocator = aligned_allocator<T>>
 class laddered_cache {
  public:
   using value_type = T;
@@ -86,7 +86,7 @@ class laddered_cache {
         auto dst = bigger.buffer(layer, part);                  // (heads, capacity, D)
         for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
           if (len != 0) {
-            std::memcpy(&dst(h, 0, 0), &view(h, 0, 0), len * shape_.head_dim * sizeof(T));
+            std::memcpy(&dst(h, 0, 0), &view(h, 0, 0), len * view.extent(2) * sizeof(T));
           }
         }
       }

@@ -51,7 +51,7 @@ struct chained_block_hash {
   }
 };
 
-template <storage_type T, class Allocator = aligned_allocator<T>, class Hash = chained_block_hash>
+template <kv_element T, class Allocator = aligned_allocator<T>, class Hash = chained_block_hash>
 class prefix_cache {
  public:
   using pool_type = block_pool<T, Allocator>;

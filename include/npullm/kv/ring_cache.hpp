@@ -49,7 +49,7 @@ struct ring_tiles {
   [[nodiscard]] std::span<const kv_tile<T>> span() const noexcept { return {tiles.data(), count}; }
 };
 
-template <storage_type T, class Allocator = aligned_allocator<T>>
+template <kv_element T, class Allocator = aligned_allocator<T>>
 class ring_cache {
  public:
   using value_type = T;
@@ -67,7 +67,9 @@ class ring_cache {
         window_(window),
         max_step_(max_step),
         capacity_(capacity_for(window, max_step)),
-        storage_({shape.layers * 2, shape.kv_heads, capacity_ * shape.head_dim}, alloc) {}
+        storage_({shape.layers * 2, shape.kv_heads,
+                  capacity_ * kv_units<T>(shape.head_dim, "ring_cache")},
+                 alloc) {}
 
   // Reserves n more positions (n <= max_step); returns the first. The oldest positions are
   // overwritten as the slots wrap. Throws capacity_exhausted for a step larger than max_step
@@ -103,8 +105,8 @@ class ring_cache {
 
   // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim), slot p % capacity.
   [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer, kv_part part) noexcept {
-    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, shape_.head_dim,
-                        capacity_ * shape_.head_dim);
+    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, units(),
+                        capacity_ * units());
   }
   // Where token `pos` (first_position() <= pos < length()) keeps its K or V: (kv_heads, head_dim).
   [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part) {
@@ -166,24 +168,26 @@ class ring_cache {
     }
     return shape;
   }
+  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
+  std::size_t units() const noexcept { return shape_.head_dim / unit_elements<T>; }
   static constexpr std::size_t round_up(std::size_t n) noexcept {
     return (n + alignment - 1) / alignment * alignment;
   }
   kv_tile<T> slot_tile(std::size_t layer, std::size_t slot, std::size_t len,
                        std::size_t position) const noexcept {
-    const std::size_t head_stride = capacity_ * shape_.head_dim;
-    const std::size_t offset = slot * shape_.head_dim;
+    const std::size_t head_stride = capacity_ * units();
+    const std::size_t offset = slot * units();
     return {make_kv_view<const T>(data(layer, kv_part::k) + offset, shape_.kv_heads, len,
-                                  shape_.head_dim, head_stride),
+                                  units(), head_stride),
             make_kv_view<const T>(data(layer, kv_part::v) + offset, shape_.kv_heads, len,
-                                  shape_.head_dim, head_stride),
+                                  units(), head_stride),
             position};
   }
   T* data(std::size_t layer, kv_part part) noexcept {
-    return storage_.data() + layer_part_offset(shape_, capacity_, layer, part);
+    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
   }
   const T* data(std::size_t layer, kv_part part) const noexcept {
-    return storage_.data() + layer_part_offset(shape_, capacity_, layer, part);
+    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
   }
 
   kv_shape shape_;

@@ -854,14 +854,14 @@ class causal_lm {
   static void write_kv(Source& source, std::size_t layer, std::size_t past,
                        dense_view<const float, 3> kh, dense_view<const float, 3> vh,
                        std::size_t first, std::size_t n) {
+    // (decoder_layer rounded kh / vh to KvT already: quantizing them again gives the same units.)
+    const std::size_t D = kh.extent(2);
     for (std::size_t t = 0; t < n; ++t) {
-      auto ks = source.token_kv(past + t, layer, kv::kv_part::k);  // (kv_heads, head_dim)
+      auto ks = source.token_kv(past + t, layer, kv::kv_part::k);  // (kv_heads, units)
       auto vs = source.token_kv(past + t, layer, kv::kv_part::v);
       for (std::size_t hh = 0; hh < kh.extent(0); ++hh) {
-        for (std::size_t d = 0; d < kh.extent(2); ++d) {
-          ks(hh, d) = from_float<KvT>(kh(hh, first + t, d));
-          vs(hh, d) = from_float<KvT>(vh(hh, first + t, d));
-        }
+        kv::quantize_row(&kh(hh, first + t, 0), D, &ks(hh, 0));
+        kv::quantize_row(&vh(hh, first + t, 0), D, &vs(hh, 0));
       }
     }
   }

@@ -19,13 +19,14 @@
 
 namespace npullm::model {
 
-// KV in one static-capacity contiguous cache of element type T.
-template <storage_type T>
+// KV in one static-capacity contiguous cache of element format T: float, float16, bfloat16, or
+// a quantized KV format, kv::q8_0 or kv::q4_0 (kv/kv_format.hpp: head_dim a multiple of 32).
+template <kv::kv_element T>
 struct contiguous_kv {
   using value_type = T;
 };
-// KV in blocks of BlockSize tokens from a block pool, element type T.
-template <storage_type T, std::size_t BlockSize>
+// KV in blocks of BlockSize tokens from a block pool, element format T (as above).
+template <kv::kv_element T, std::size_t BlockSize>
 struct block_kv {
   static_assert(BlockSize > 0);
   using value_type = T;
@@ -48,7 +49,7 @@ struct pyramid_attention_policy {
 // What each parameter of pipeline_config must be. A wrong one fails with the sentence below,
 // not inside the pipeline.
 template <class K>
-concept kv_policy = requires { typename K::value_type; } && storage_type<typename K::value_type>;
+concept kv_policy = requires { typename K::value_type; } && kv::kv_element<typename K::value_type>;
 template <class K>
 concept block_kv_policy = kv_policy<K> && requires {
   { K::block_size } -> std::convertible_to<std::size_t>;
@@ -64,7 +65,7 @@ template <class Kv, class Attention, class Weights, class Backend = npu::host_ba
 struct pipeline_config {
   static_assert(kv_policy<Kv>,
                 "pipeline_config: Kv must be model::contiguous_kv<T> or model::block_kv<T, "
-                "BlockSize> with T float, float16 or bfloat16");
+                "BlockSize> with T float, float16, bfloat16, kv::q8_0 or kv::q4_0");
   static_assert(attention_policy<Attention>,
                 "pipeline_config: Attention must be model::dynamic_attention<Tiles> or "
                 "model::pyramid_attention_policy<Chunk, Tiles>");
