@@ -3,7 +3,8 @@
 // Decode: one query over kv_len keys, per head shape, KV dtype and source, 1 and all threads.
 //   "cold" rotates over enough copies of the KV to pass the 32 MiB last-level cache 4x, so the
 //   figure is DRAM bandwidth; "hot" reuses one copy.
-//   GBps      unique K + V bytes read per second
+//   GBps      unique K + V bytes read per second (quantized KV: the blocks' bytes, scales
+//             included: 34 / 32 bytes per element for q8_0, 18 / 32 for q4_0)
 //   pct_bw    % of the read bandwidth measured in this process at this thread count
 //   pct_roofline  % of min(read bandwidth, fp32 FMA peak / arithmetic intensity), with
 //             2 * 2 * D * q_heads flops per 2 * D * kv_heads * sizeof(kv) bytes of each key
@@ -71,11 +72,9 @@ struct kv_copy {
       for (std::size_t j = 0; j < kv_len; ++j) {
         for (kv_part part : {kv_part::k, kv_part::v}) {
           fill_random(row.data(), row.size(), seed * 1000003 + j * 2 + static_cast<int>(part));
-          auto t = dst.token_kv(j, 0, part);  // (kv_heads, D)
-          for (std::size_t h = 0; h < hs.kv_heads; ++h) {
-            for (std::size_t d = 0; d < hs.dim; ++d)
-              t(h, d) = npullm::from_float<T>(row[h * hs.dim + d]);
-          }
+          auto t = dst.token_kv(j, 0, part);  // (kv_heads, D units)
+          for (std::size_t h = 0; h < hs.kv_heads; ++h)
+            npullm::kv::quantize_row<T>(row.data() + h * hs.dim, hs.dim, &t(h, 0));
         }
       }
     };
@@ -136,7 +135,8 @@ struct naive_attention {
 template <class T>
 void decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len, std::size_t block,
                       bool cold, std::size_t threads) {
-  const double bytes = 2.0 * static_cast<double>(kv_len * hs.kv_heads * hs.dim * sizeof(T));
+  const double bytes =
+      2.0 * static_cast<double>(kv_len * hs.kv_heads * hs.dim) * npullm::kv::bytes_per_element<T>;
   const std::size_t copies =
       cold
           ? std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(128.0 * (1 << 20) / bytes)))
@@ -255,14 +255,18 @@ void prefill_benchmark(benchmark::State& state, head_shape hs, std::size_t q_len
 }
 
 template <class T>
-const char* dtype_name() {
-  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, npullm::float16> ? "f16" : "bf16";
+std::string dtype_name() {
+  return std::string(npullm::kv::kv_element_name<T>());
 }
 
+// Quantized KV (q8_0, q4_0): the context lengths (16k, 64k), contiguous and blocks of 16.
 template <class T>
 void register_decode(const head_shape& hs) {
+  constexpr bool quantized = npullm::kv::quantized_kv_element<T>;
   for (std::size_t kv_len : {1024u, 4096u, 16384u, 65536u}) {
+    if (quantized && kv_len < 16384) continue;
     for (std::size_t block : {0u, 16u, 256u}) {
+      if (quantized && block == 256) continue;
       for (bool cold : {false, true}) {
         for (std::size_t threads : nb::thread_counts()) {
           const std::string name = "attention_decode/" + hs.name() + "/kv" +
@@ -311,6 +315,10 @@ void register_all() {
     register_decode<npullm::float16>(hs);
     register_decode<npullm::bfloat16>(hs);
     register_decode<float>(hs);
+  }
+  for (const head_shape& hs : {head_shape{14, 2, 64}, head_shape{8, 8, 128}}) {
+    register_decode<npullm::kv::q8_0>(hs);
+    register_decode<npullm::kv::q4_0>(hs);
   }
   for (const head_shape& hs : {head_shape{14, 2, 64}, head_shape{32, 8, 128}}) {
     for (std::size_t threads : nb::thread_counts()) {

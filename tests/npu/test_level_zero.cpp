@@ -233,7 +233,7 @@ void expect_same(const tensor<float, 2>& a, const tensor<float, 2>& b) {
   for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.data()[i], b.data()[i]) << i;
 }
 
-template <class NpuConfig>
+template <class NpuConfig, class HostConfig = host_config>
 void pipeline_matches_host(const std::string& preset) {
   const auto& dir = npullm::testing::generated_model(preset, 7);
   model::pipeline_options opt{.max_sequence = 64, .decode_rows = 4};
@@ -241,7 +241,7 @@ void pipeline_matches_host(const std::string& preset) {
   // for bit-identical results.
   auto host_opt = opt;
   host_opt.packing = model::weight_packing::off;
-  model::causal_lm<host_config> host(dir, host_opt);
+  model::causal_lm<HostConfig> host(dir, host_opt);
   model::causal_lm<NpuConfig> npu(dir, opt, software_npu());
 
   std::vector<npu::trace_event> events;
@@ -280,6 +280,16 @@ TEST(Pipeline, SameLogitsAsTheHostBackendWithKvBlocksInLevelZeroMemory) {
   const auto& pool = lm.kv_pool();
   EXPECT_TRUE(lm.backend().owns(pool.data(), pool.storage_bytes()));
   EXPECT_GT(lm.backend().live_allocations(), 10u);
+}
+
+// A quantized KV format (kv::q8_0 units) in Level Zero host memory: what the host backend gives.
+TEST(Pipeline, QuantizedKvBlocksInLevelZeroMemory) {
+  SCENARIO_PREFIX("pipeline");
+  using host_q8 = model::pipeline_config<model::block_kv<kv::q8_0, 16>, model::dynamic_attention<>,
+                                         float, npu::host_backend>;
+  using npu_q8 = model::pipeline_config<model::block_kv<kv::q8_0, 16>, model::dynamic_attention<>,
+                                        float, npu::level_zero_backend>;
+  pipeline_matches_host<npu_q8, host_q8>("tiny");
 }
 
 TEST(Pipeline, ContiguousKvAndGenerationThroughTheNpu) {
