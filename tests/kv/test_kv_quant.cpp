@@ -500,7 +500,7 @@ TYPED_TEST(KvQuantStorage, ForkTruncateReleaseAndFailedAppend) {
   for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(row[i], expect.at(kv_part::k, 16, 1)[i]);
 }
 
-TYPED_TEST(KvQuantStorage, ContiguousAndLadderedKeepTheirValues) {
+TYPED_TEST(KvQuantStorage, ContiguousKeepsItsValuesAfterAFailedAppend) {
   using T = TypeParam;
   kv::contiguous_cache<T> c({2, 2, 64}, 32);
   c.append(20);

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -25,17 +24,9 @@ namespace {
 
 using namespace npullm;
 using namespace npullm::model;
-namespace fs = std::filesystem;
 
-const fs::path& model_dir(const std::string& preset_name) {
-  static std::map<std::string, fs::path> dirs;
-  auto& d = dirs[preset_name];
-  if (d.empty()) {
-    d = fs::temp_directory_path() /
-        ("npullm_kvq_" + preset_name + "_" + std::to_string(::getpid()));
-    write_model(d, preset(preset_name, npullm::dtype::f32, 3));
-  }
-  return d;
+const std::filesystem::path& model_dir(const std::string& preset_name) {
+  return npullm::testing::generated_model(preset_name, 3);
 }
 
 std::vector<std::int32_t> prompt(std::size_t n, std::uint32_t seed = 1) {

@@ -157,7 +157,7 @@ class block_pool {
 
   [[nodiscard]] const kv_shape& shape() const noexcept { return shape_; }
   // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
-  [[nodiscard]] std::size_t units() const noexcept { return shape_.head_dim / unit_elements<T>; }
+  [[nodiscard]] std::size_t units() const noexcept { return shape_.units<T>(); }
   [[nodiscard]] std::size_t block_size() const noexcept { return block_size_; }
   [[nodiscard]] std::size_t total_count() const noexcept { return num_blocks_; }
   [[nodiscard]] std::size_t free_count() const noexcept { return free_count_; }

@@ -108,8 +108,7 @@ class contiguous_cache {
     if (capacity == 0) raise(error_code::invalid_argument, "contiguous_cache: capacity 0");
     return shape;
   }
-  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
-  std::size_t units() const noexcept { return shape_.head_dim / unit_elements<T>; }
+  std::size_t units() const noexcept { return shape_.units<T>(); }
   T* data(std::size_t layer, kv_part part) noexcept {
     return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
   }

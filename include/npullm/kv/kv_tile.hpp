@@ -27,6 +27,12 @@ struct kv_shape {
   [[nodiscard]] constexpr std::size_t token_elements() const noexcept {
     return kv_heads * head_dim;
   }
+  // Storage units of one head's row in format T: head_dim elements, or head_dim / 32 blocks of
+  // a quantized format (kv_units checks the division when a cache is made).
+  template <kv_element T>
+  [[nodiscard]] constexpr std::size_t units() const noexcept {
+    return head_dim / unit_elements<T>;
+  }
 
   void validate(const char* who) const {
     if (layers == 0 || kv_heads == 0 || head_dim == 0) {

@@ -168,8 +168,7 @@ class ring_cache {
     }
     return shape;
   }
-  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
-  std::size_t units() const noexcept { return shape_.head_dim / unit_elements<T>; }
+  std::size_t units() const noexcept { return shape_.units<T>(); }
   static constexpr std::size_t round_up(std::size_t n) noexcept {
     return (n + alignment - 1) / alignment * alignment;
   }

@@ -854,7 +854,8 @@ class causal_lm {
   static void write_kv(Source& source, std::size_t layer, std::size_t past,
                        dense_view<const float, 3> kh, dense_view<const float, 3> vh,
                        std::size_t first, std::size_t n) {
-    // (decoder_layer rounded kh / vh to KvT already: quantizing them again gives the same units.)
+    // (decoder_layer rounded kh / vh to KvT already: quantizing them again stores the same
+    // values, test_kv_quant's RoundTripStoresTheSameValues.)
     const std::size_t D = kh.extent(2);
     for (std::size_t t = 0; t < n; ++t) {
       auto ks = source.token_kv(past + t, layer, kv::kv_part::k);  // (kv_heads, units)

@@ -90,18 +90,14 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
       for (std::size_t hh = 0; hh < hq; ++hh)
         std::copy_n(&q(g.begin + r, hh * D), D, &qh(hh, r, 0));
       for (std::size_t hh = 0; hh < hkv; ++hh) {
-        if constexpr (std::is_same_v<KvT, float>) {
-          std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
-          std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
-        } else {
-          // At the cache's precision: later steps read these K/V back from the cache, so the
-          // rows of one step (a prefill, a speculative verify pass) see what token-by-token
-          // decoding sees, and greedy verification agrees with plain decoding exactly.
-          std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
-          std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
-          kv::round_trip<KvT>(&kh(hh, r, 0), D);
-          kv::round_trip<KvT>(&vh(hh, r, 0), D);
-        }
+        // At the cache's precision (nothing to do for f32): later steps read these K/V back
+        // from the cache, so the rows of one step (a prefill, a speculative verify pass) see
+        // what token-by-token decoding sees, and greedy verification agrees with plain
+        // decoding exactly.
+        std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
+        std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
+        kv::round_trip<KvT>(&kh(hh, r, 0), D);
+        kv::round_trip<KvT>(&vh(hh, r, 0), D);
       }
     }
     attention::attention_io io{qh, att, {}, scale};
