@@ -1,9 +1,12 @@
 // Pipelines with a quantized KV cache (contiguous_kv<kv::q8_0>, block_kv<kv::q4_0, 16>, ...) on
 // generated tiny models:
 // - block KV == contiguous KV, and decoding token by token == prefilling the same tokens
-//   (<= 1e-5: the step's own K/V are rounded to the format before attention, so a prefill and
-//   later decode steps read the same values), for qwen2 (GQA), mistral (every layer windowed:
-//   the ring cache) and gemma2 (soft-capping, alternating windows);
+//   (<= 2e-5, 5e-6 of the logit std: the step's own K/V are rounded to the format before
+//   attention and a quantized past reads the present in its format, so a prefill and later
+//   decode steps score the same values; what remains is f32 rounding in the online softmax,
+//   whose key groups differ between a chunk and a step: measured up to 1.05e-5 once V's scales
+//   are folded into the probabilities), for qwen2 (GQA), mistral (every layer windowed: the
+//   ring cache) and gemma2 (soft-capping, alternating windows);
 // - accuracy against f32 KV over 512 positions of one prompt (f32 KV matches test_causal_lm's
 //   double reference within 1e-4): max |logit diff| in units of the logit std and greedy
 //   (argmax) agreement, printed beside bf16 KV's, bounded from the measured figures;
@@ -74,7 +77,7 @@ TYPED_TEST(KvQuantModel, BlocksEqualContiguousAndDecodeEqualsPrefill) {
       ids.push_back(next);
       fresh.reset();
       const auto all = fresh.prefill(ids);
-      EXPECT_LE(max_diff(da.logits_of(0), all.logits_of(ids.size() - 1)), 1e-5);
+      EXPECT_LE(max_diff(da.logits_of(0), all.logits_of(ids.size() - 1)), 2e-5);
     }
   }
 }

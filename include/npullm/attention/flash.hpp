@@ -3,8 +3,10 @@
 //
 //   q        (q_heads, q_len, D)     f32
 //   past     tiles of (kv_heads, len, D) K and V, f32 / f16 / bf16 storage or a quantized KV
-//            format (kv::q8_0, kv::q4_0: tiles of (kv_heads, len, D / 32) units, read fused by
-//            kv::load16, never dequantized into a copy), at consecutive
+//            format (kv::q8_0, kv::q4_0: tiles of (kv_heads, len, D / 32) units, read fused,
+//            never dequantized into a copy: scores by integer dot products against the query
+//            quantized to int8 (quantized_keys.hpp), P V with V's scales folded into p; a
+//            present tile is then read in the past's format too), at consecutive
 //            positions p0, p0 + len0, ... (p0 = 0 for a whole cache; later when the keys
 //            before p0 are gone: a ring cache, released blocks; the mask must hide them)
 //   present  optional final tile (kv_heads, q_len, D) at the position after the past's last
@@ -35,11 +37,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "npullm/attention/mask.hpp"
+#include "npullm/attention/quantized_keys.hpp"
 #include "npullm/attention/state.hpp"
 #include "npullm/core/error.hpp"
 #include "npullm/core/parallel.hpp"
@@ -129,6 +135,35 @@ struct item_scratch {
   // query tiles reuse the same keys from cache (prefill), the hints cost more than they save.
   bool stream = false;
   float softcap = 0.0f;  // attention_io::softcap
+  // Quantized keys (quantized_keys.hpp), unit-major so that a row block's values are a
+  // constant distance apart: the rows' codes (D / 32, rows, 32), scales and accumulator starts
+  // (D / 32, rows); the sub-tile's transposed codes (D / 32, 8, 16) and scales of K and V
+  // (D / 32, 16); p times V's scales (D / 32, rows, 16); a zero-padded copy of a short
+  // sub-tile's K and V rows (16 rows each).
+  std::vector<std::int8_t> qq;
+  std::vector<float> qd;
+  std::vector<std::int32_t> qc;
+  std::vector<std::int32_t> kq;
+  std::vector<float> kd, vd, ps;
+  std::vector<std::byte> tail;
+
+  template <class T>
+  void prepare_quantized(std::size_t rows, std::size_t dim) {
+    if constexpr (kv::quantized_kv_element<T>) {
+      const std::size_t units = dim / 32;
+      qq.resize(rows * dim);
+      qd.resize(rows * units);
+      qc.resize(rows * units);
+      kq.resize(units * 8 * key_block);
+      kd.resize(units * key_block);
+      vd.resize(units * key_block);
+      ps.resize(rows * units * key_block);
+      for (std::size_t r = 0; r < rows; ++r) {
+        quantize_query<T>(q.data() + r * dim, dim, rows, qq.data() + r * 32, qd.data() + r,
+                          qc.data() + r);
+      }
+    }
+  }
 
   void prepare(std::size_t rows, std::size_t dim) {
     q.resize(rows * dim);
@@ -155,17 +190,11 @@ template <class T>
 inline void prefetch_ahead(const T* p) noexcept {
   __builtin_prefetch(p + 1024, 0, 0);
 }
-// The same for elements [c, c + 16) of a row of units: 16-bit and f32 rows once per 64 bytes;
-// quantized rows about as often (q8_0: every 64 elements, 68 bytes; q4_0: every 128, 72 bytes),
-// 2 KiB ahead like a bf16 stream.
-template <class T>
+// The same for elements [c, c + 16) of a row: once per 64 bytes. (Quantized rows are hinted a
+// sub-tile at a time: process_quantized_keys.)
+template <storage_type T>
 inline void prefetch_row(const T* row, std::size_t c) noexcept {
-  if constexpr (kv::quantized_kv_element<T>) {
-    constexpr std::size_t every = sizeof(T) > 32 ? 64 : 128;
-    if (c % every == 0) __builtin_prefetch(reinterpret_cast<const char*>(row + c / 32) + 2048, 0, 0);
-  } else {
-    if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(row + c);
-  }
+  if ((c * sizeof(T)) % 64 == 0) prefetch_ahead(row + c);
 }
 
 // Scores of R rows against the transposed sub-tile: s[r] lane j = q_r . k_j.
@@ -219,9 +248,8 @@ inline simd::f32x16 row_scores(const float* q, const T* k, std::size_t n, std::s
 // so the R x C accumulators, C value vectors and one broadcast fit in the registers.
 template <std::size_t R>
 inline constexpr std::size_t pv_columns =
-    simd::f32x16_registers >= 32
-        ? (R <= 2 ? 8 : (R <= 4 ? 4 : 2))
-        : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
+    simd::f32x16_registers >= 32 ? (R <= 2 ? 8 : (R <= 4 ? 4 : 2))
+                                 : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
 
 template <std::size_t R, class T>
 inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc,
@@ -321,6 +349,103 @@ template <mask_policy Mask>
   s.l[row] += simd::reduce_add(prob);
 }
 
+// acc[r] += sum_j p'[u][r][j] vq_j for R rows over quantized V: V's scales are folded into the
+// probabilities (ps: (D / 32, rows, 16), p times key j's scale of unit u; ps points at the
+// block's first row of unit 0), so a value vector is its codes converted once (q4_0: minus 8)
+// and shared by the rows. Columns in passes as block_pv.
+template <std::size_t R, kv::quantized_kv_element T>
+inline void block_pv_quantized(const float* ps, std::size_t rows, const T* v, std::size_t n,
+                               std::size_t dim, float* acc) {
+  constexpr std::size_t lanes = simd::lanes;
+  const std::size_t units = dim / 32;
+  constexpr std::size_t C = pv_columns<R>;
+  for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
+    const std::size_t nc = std::min(C, (dim - c0) / lanes);
+    simd::f32x16 a[R][C];
+    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+        a[r][c] = c < nc ? simd::load(acc + r * dim + c0 + c * lanes) : simd::zero();
+      }
+    }
+    const float* pu[C];  // each column vector's unit's probabilities
+    NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+      pu[c] = ps + (c < nc ? (c0 + c * lanes) / 32 : 0) * rows * key_block;
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      simd::f32x16 vj[C];
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+        const std::size_t col = c0 + c * lanes;
+        if (c < nc) {
+          const T& b = v[j * units + col / 32];
+          if constexpr (std::same_as<T, kv::q8_0>)
+            vj[c] = simd::load_s8(b.qs + col % 32);
+          else
+            vj[c] = simd::load_q4(b.qs, col % 32 != 0);
+        } else {
+          vj[c] = simd::zero();
+        }
+      }
+      NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+        NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+          if (c < nc) a[r][c] = simd::fmadd(simd::set1(pu[c][r * key_block + j]), vj[c], a[r][c]);
+        }
+      }
+    }
+    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+        if (c < nc) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
+      }
+    }
+  }
+}
+
+// One sub-tile of quantized K / V (see process_keys) for rows [begin, end): integer scores
+// (quantized_keys.hpp) against K transposed once for all rows, then P V with V's scales folded
+// into p. A sub-tile of n < 16 keys is copied into zero-padded rows first, so the kernels
+// always read 16 whole rows (the padding's scores are masked like any lane >= n).
+template <class T, mask_policy Mask>
+void process_quantized_keys(const item_rows& rows, std::size_t begin, std::size_t end, const T* k,
+                            const T* v, std::size_t j0, std::size_t n, std::size_t dim,
+                            tile_visibility visibility, const Mask& mask, item_scratch& s) {
+  const std::size_t units = dim / 32;
+  if (n < key_block) {
+    const std::size_t bytes = key_block * units * sizeof(T);
+    s.tail.assign(2 * bytes, std::byte{0});
+    std::memcpy(s.tail.data(), k, n * units * sizeof(T));
+    std::memcpy(s.tail.data() + bytes, v, n * units * sizeof(T));
+    k = reinterpret_cast<const T*>(s.tail.data());
+    v = reinterpret_cast<const T*>(s.tail.data() + bytes);
+  }
+  if (s.stream) {  // K and V 2 KiB ahead (about one sub-tile), a hint per 64 bytes
+    const std::size_t bytes = key_block * units * sizeof(T);
+    for (std::size_t b = 0; b < bytes; b += 64) {
+      __builtin_prefetch(reinterpret_cast<const char*>(k) + 2048 + b, 0, 0);
+      __builtin_prefetch(reinterpret_cast<const char*>(v) + 2048 + b, 0, 0);
+    }
+  }
+  transpose_keys(k, units, s.kq.data(), s.kd.data());
+  for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+    simd::f32x16 scores[R];
+    quantized_scores<R, T>(s.qq.data() + r0 * 32, s.qd.data() + r0, s.qc.data() + r0, rows.count(),
+                           s.kq.data(), s.kd.data(), units, scores);
+    for (std::size_t r = 0; r < R; ++r) {
+      update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
+    }
+  });
+  unit_scales(v, units, s.vd.data());
+  for (std::size_t r = begin; r < end; ++r) {
+    const simd::f32x16 p = simd::load(s.p.data() + r * key_block);
+    for (std::size_t u = 0; u < units; ++u) {
+      simd::store(s.ps.data() + (u * rows.count() + r) * key_block,
+                  simd::mul(p, simd::load(s.vd.data() + u * key_block)));
+    }
+  }
+  for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+    block_pv_quantized<R>(s.ps.data() + r0 * key_block, rows.count(), v, n, dim,
+                          s.acc.data() + r0 * dim);
+  });
+}
+
 // One sub-tile of n <= 16 keys at positions [j0, j0 + n) for the rows of KV head hk: k, v point
 // at that head's first key of the sub-tile, rows D / unit_elements<T> units apart.
 template <class T, mask_policy Mask>
@@ -328,34 +453,37 @@ void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v,
                   std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
                   item_scratch& s) {
   const std::size_t begin = hk * rows.per_kv_head(), end = begin + rows.per_kv_head();
-  if (end - begin == 1) {
-    update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), j0, n, dim, visibility,
-               mask, s);
+  if constexpr (kv::quantized_kv_element<T>) {
+    process_quantized_keys(rows, begin, end, k, v, j0, n, dim, visibility, mask, s);
   } else {
-    // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
-    const std::size_t units = dim / kv::unit_elements<T>;
-    for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
-      simd::f32x16 block[simd::lanes];
-      for (std::size_t j = 0; j < simd::lanes; ++j) {
-        if (s.stream && j < n) prefetch_row(k + j * units, d0);
-        block[j] = j < n ? kv::load16(k + j * units, d0) : simd::zero();
+    if (end - begin == 1) {
+      update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), j0, n, dim,
+                 visibility, mask, s);
+    } else {
+      // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
+      for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
+        simd::f32x16 block[simd::lanes];
+        for (std::size_t j = 0; j < simd::lanes; ++j) {
+          if (s.stream && j < n) prefetch_row(k + j * dim, d0);
+          block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
+        }
+        simd::transpose16(block);
+        for (std::size_t d = 0; d < simd::lanes; ++d) {
+          simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
+        }
       }
-      simd::transpose16(block);
-      for (std::size_t d = 0; d < simd::lanes; ++d) {
-        simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
-      }
+      for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+        simd::f32x16 scores[R];
+        block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
+        for (std::size_t r = 0; r < R; ++r) {
+          update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
+        }
+      });
     }
     for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
-      simd::f32x16 scores[R];
-      block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
-      for (std::size_t r = 0; r < R; ++r) {
-        update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
-      }
+      block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim, s.stream);
     });
   }
-  for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
-    block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim, s.stream);
-  });
 }
 
 // Runs keys [key_begin, key_end) of one tile (at `position`) through every KV head's rows,
@@ -483,6 +611,30 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
           " must be 0 (off) or finite and > 0");
   }
   if (q_len == 0 || q_heads == 0) return;
+  if constexpr (kv::quantized_kv_element<T>) {
+    // A quantized past: the present tile is read in the past's format (quantized here, once),
+    // so a chunk's keys score the same as the present as when they come back from the cache.
+    if (present != nullptr) {
+      const std::size_t units = dim / 32, n = present->length();
+      std::vector<T> qk(kv_heads * n * units), qv(qk.size());
+      std::vector<float> row(dim);
+      for (std::size_t h = 0; h < kv_heads; ++h) {
+        for (std::size_t i = 0; i < n; ++i) {
+          for (auto [src, dst] : {std::pair{&present->k, &qk}, std::pair{&present->v, &qv}}) {
+            for (std::size_t d = 0; d < dim; ++d) row[d] = to_float((*src)(h, i, d));
+            kv::quantize_row<T>(row.data(), dim, dst->data() + (h * n + i) * units);
+          }
+        }
+      }
+      std::vector<kv::kv_tile<T>> tiles(past.begin(), past.end());
+      tiles.push_back({kv::make_kv_view<const T>(qk.data(), kv_heads, n, units, n * units),
+                       kv::make_kv_view<const T>(qv.data(), kv_heads, n, units, n * units),
+                       present->position});
+      flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles),
+                             static_cast<const kv::kv_tile<float>*>(nullptr), mask, policy);
+      return;
+    }
+  }
   if (kv_heads == 0) {  // no keys at all: every row is empty
     for (std::size_t h = 0; h < q_heads; ++h) {
       for (std::size_t i = 0; i < q_len; ++i) {
@@ -529,6 +681,7 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
       const std::size_t h = rows.head(r), i = rows.query(r);
       for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;
     }
+    s.prepare_quantized<T>(rows.count(), dim);
     // Tiles overlapping [item_first, key_end), clipped to [key_begin, key_end) and started
     // on their grid at item_first.
     auto run = [&](const auto& tile) {
