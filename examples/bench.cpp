@@ -2,21 +2,25 @@
 // output, so that the two engines can be run side by side on the same GGUF files
 // (../shared/peer/side-by-side.sh reads the markdown table's "threads", "test" and "t/s").
 //
-//   npullm_bench -m model.gguf [-m hf-dir] [-p 512] [-n 128] [-r 5] [-t 1,2] [-o md|csv|json|jsonl]
-//                [--kv f32|f16|bf16] [--packing auto|off|on]
+//   npullm_bench -m model.gguf [-m hf-dir] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2]
+//                [-o md|csv|json|jsonl] [-ctk TYPE -ctv TYPE | --kv TYPE] [--packing auto|off|on]
 //
 // The tests mean what llama-bench means by them: ppP is one prefill of P random tokens in a
 // fresh context (logits of the last one); tgN is N single-token decode steps from an empty
-// context (logits of each). Before the timed runs of a test, one untimed warm-up run (the whole
-// prompt for pp, one step for tg); then each of the r runs starts from an empty context. t/s is
-// the mean over the runs of tokens / seconds, ± the sample standard deviation; json, jsonl and
-// csv also give the median and every run.
+// context (logits of each); with a depth D (-d), the context first holds D random tokens,
+// prefilled before each run and not timed ("tgN @ dD"). Before the timed runs of a test, one
+// untimed warm-up run (the whole prompt for pp, one step for tg); then each of the r runs
+// starts from an empty context (or one of depth D). t/s is the mean over the runs of tokens /
+// seconds, ± the sample standard deviation; json, jsonl and csv also give the median and every
+// run.
 //
 // The pipeline: weights in the type the files store (model::with_stored_weights; a GGUF file's
-// quantized matrices zero-copy from its mapping), KV in one contiguous cache of the --kv type
-// (f16 by default, as llama.cpp's), dynamic flash attention, the host backend with a
-// thread_pool of t threads (the caller's thread included).
+// quantized matrices zero-copy from its mapping), KV in one contiguous cache of the -ctk / -ctv
+// type (f16 by default, as llama.cpp's; q8_0 and q4_0 are llama.cpp's blocks, read fused by the
+// flash attention), dynamic flash attention, the host backend with a thread_pool of t threads
+// (the caller's thread included).
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -61,10 +65,15 @@ constexpr const char* usage_text =
     "                           (default 512; 0: none)\n"
     "  -n, --n-gen N[,N...]     decode tests: N single-token steps from an empty context\n"
     "                           (default 128; 0: none)\n"
+    "  -d, --n-depth D[,D...]   run every test after D tokens of context (prefilled before\n"
+    "                           each run, not timed; default 0)\n"
     "  -r, --repetitions R      timed runs of each test (default 5)\n"
     "  -t, --threads T[,T...]   threads (default: the hardware threads)\n"
     "  -o, --output FORMAT      md (default), csv, json or jsonl\n"
-    "  --kv TYPE                KV cache element type: f32, f16 (default, as llama.cpp) or bf16\n"
+    "  -ctk, --cache-type-k T   K cache type: f32, f16 (default, as llama.cpp), bf16, q8_0, q4_0\n"
+    "  -ctv, --cache-type-v T   V cache type, the same list; npullm's caches hold K and V in\n"
+    "                           one type, so -ctk and -ctv must agree\n"
+    "  --kv TYPE                both at once\n"
     "  --packing MODE           the weights' packing (model::weight_packing): auto (default),\n"
     "                           off, or on (quantized layers also get int8 GEMM panels)\n"
     "\n"
@@ -78,11 +87,11 @@ struct usage_error {
 
 struct options {
   std::vector<std::string> models;
-  std::vector<std::size_t> prompt{512}, gen{128};
+  std::vector<std::size_t> prompt{512}, gen{128}, depth{0};
   std::size_t reps = 5;
   std::vector<std::size_t> threads;
   std::string output = "md";
-  npullm::dtype kv = npullm::dtype::f16;
+  std::string type_k = "f16", type_v = "f16";  // KV element types (kv_types below)
   model::weight_packing packing = model::weight_packing::automatic;
 };
 
@@ -117,9 +126,12 @@ std::vector<std::size_t> parse_counts(std::string_view flag, std::string_view s,
   return out;
 }
 
+// The KV element types -ctk / -ctv take (llama.cpp's names), each a pipeline instantiation.
+constexpr std::array<std::string_view, 5> kv_types = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+
 options parse_args(int argc, char** argv) {
   options o;
-  bool prompt_set = false, gen_set = false;
+  bool prompt_set = false, gen_set = false, depth_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -140,6 +152,9 @@ options parse_args(int argc, char** argv) {
     } else if (a == "-n" || a == "--n-gen") {
       if (!std::exchange(gen_set, true)) o.gen.clear();
       for (std::size_t n : parse_counts(a, v, 0)) o.gen.push_back(n);
+    } else if (a == "-d" || a == "--n-depth") {
+      if (!std::exchange(depth_set, true)) o.depth.clear();
+      for (std::size_t d : parse_counts(a, v, 0)) o.depth.push_back(d);
     } else if (a == "-r" || a == "--repetitions") {
       o.reps = parse_count(a, std::string(v), 1);
     } else if (a == "-t" || a == "--threads") {
@@ -148,16 +163,14 @@ options parse_args(int argc, char** argv) {
       if (v != "md" && v != "csv" && v != "json" && v != "jsonl")
         throw usage_error{"-o: '" + std::string(v) + "' is not md, csv, json or jsonl"};
       o.output = v;
-    } else if (a == "--kv") {
-      if (v == "f32") {
-        o.kv = npullm::dtype::f32;
-      } else if (v == "f16") {
-        o.kv = npullm::dtype::f16;
-      } else if (v == "bf16") {
-        o.kv = npullm::dtype::bf16;
-      } else {
-        throw usage_error{"--kv: '" + std::string(v) + "' is not f32, f16 or bf16"};
+    } else if (a == "-ctk" || a == "--cache-type-k" || a == "-ctv" || a == "--cache-type-v" ||
+               a == "--kv") {
+      if (std::find(kv_types.begin(), kv_types.end(), v) == kv_types.end()) {
+        throw usage_error{std::string(a) + ": '" + std::string(v) +
+                          "' is not f32, f16, bf16, q8_0 or q4_0"};
       }
+      if (a != "-ctv" && a != "--cache-type-v") o.type_k = v;
+      if (a != "-ctk" && a != "--cache-type-k") o.type_v = v;
     } else if (a == "--packing") {
       if (v == "auto" || v == "automatic") {
         o.packing = model::weight_packing::automatic;
@@ -173,15 +186,15 @@ options parse_args(int argc, char** argv) {
     }
   }
   if (o.models.empty()) throw usage_error{"no model: give -m FILE.gguf or -m MODEL_DIR"};
+  if (o.type_k != o.type_v) {
+    throw usage_error{"-ctk " + o.type_k + " and -ctv " + o.type_v +
+                      ": npullm's KV caches hold K and V in one type; give the same to both"};
+  }
   if (o.threads.empty())
     o.threads.push_back(std::max<std::size_t>(1, std::thread::hardware_concurrency()));
   std::erase(o.prompt, std::size_t{0});
   std::erase(o.gen, std::size_t{0});
   return o;
-}
-
-std::string_view kv_name(npullm::dtype d) {
-  return npullm::to_string(d);
 }
 
 std::string_view packing_name(model::weight_packing p) {
@@ -287,14 +300,15 @@ model_info describe(const std::string& path, const Weights& w) {
 
 struct result {
   const model_info* model = nullptr;
-  std::size_t threads = 0, n_prompt = 0, n_gen = 0;
+  std::size_t threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0;
   std::string time = {};               // when the test started, UTC (ISO 8601)
   std::vector<std::uint64_t> ns = {};  // per run
   std::vector<double> ts = {};         // tokens / second per run
   std::size_t packed_bytes = 0;        // the pipeline's packed weight copies
 
   [[nodiscard]] std::string test() const {
-    return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+    return (n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen)) +
+           (n_depth > 0 ? " @ d" + std::to_string(n_depth) : "");
   }
 };
 
@@ -401,10 +415,11 @@ std::vector<field> fields_of(const result& r, const options& o) {
       {"model_size", u(m.size), false},
       {"model_n_params", u(m.params), false},
       {"n_threads", u(r.threads), false},
-      {"type_k", std::string(kv_name(o.kv)), true},
-      {"type_v", std::string(kv_name(o.kv)), true},
+      {"type_k", o.type_k, true},
+      {"type_v", o.type_v, true},
       {"n_prompt", u(r.n_prompt), false},
       {"n_gen", u(r.n_gen), false},
+      {"n_depth", u(r.n_depth), false},
       {"test_time", r.time, true},
       {"avg_ns", u(static_cast<std::size_t>(mean(r.ns))), false},
       {"stddev_ns", u(static_cast<std::size_t>(stddev(r.ns))), false},
@@ -423,12 +438,12 @@ class printer {
 
   void header() {
     if (o_.output == "md") {
-      std::printf("| %-30s | %10s | %10s | %-10s | %7s | %13s | %20s |\n", "model", "size",
+      std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size",
                   "params", "backend", "threads", "test", "t/s");
       std::printf("| %s | %s: | %s: | %s | %s: | %s: | %s: |\n", std::string(30, '-').c_str(),
                   std::string(9, '-').c_str(), std::string(9, '-').c_str(),
                   std::string(10, '-').c_str(), std::string(6, '-').c_str(),
-                  std::string(12, '-').c_str(), std::string(19, '-').c_str());
+                  std::string(14, '-').c_str(), std::string(19, '-').c_str());
     } else if (o_.output == "json") {
       std::printf("[\n");
     } else if (o_.output == "csv") {
@@ -460,7 +475,7 @@ class printer {
       }
       // "±" is two bytes of UTF-8: one more byte of width keeps the column aligned.
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", mean(r.ts), stddev(r.ts));
-      std::printf("| %-30s | %10s | %10s | %-10s | %7zu | %13s | %21s |\n", m.type.c_str(), size,
+      std::printf("| %-30s | %10s | %10s | %-10s | %7zu | %15s | %21s |\n", m.type.c_str(), size,
                   params, "CPU", r.threads, r.test().c_str(), ts);
     } else if (o_.output == "csv") {
       std::printf(
@@ -522,6 +537,7 @@ void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, co
                std::size_t threads, const options& o, printer& out) {
   using config = model::pipeline_config<model::contiguous_kv<K>, model::dynamic_attention<>, W>;
   const std::size_t longest =
+      *std::max_element(o.depth.begin(), o.depth.end()) +
       std::max(o.prompt.empty() ? 0 : *std::max_element(o.prompt.begin(), o.prompt.end()),
                o.gen.empty() ? 0 : *std::max_element(o.gen.begin(), o.gen.end()));
   npullm::thread_pool pool(threads);
@@ -535,48 +551,48 @@ void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, co
     for (auto& id : ids) id = static_cast<std::int32_t>(rng() % vocab);
     return ids;
   };
+  // The context a run starts from: empty, or `depth` random tokens (prefilled, not timed).
+  auto start = [&](std::size_t depth) {
+    lm.reset();
+    if (depth > 0) (void)lm.prefill(random_tokens(depth));
+  };
   auto measure = [&](result r, auto&& warm_up, auto&& run) {
     r.model = &m;
     r.threads = threads;
     r.time = utc_now();
     r.packed_bytes = lm.packed_bytes();
+    start(r.n_depth);
     warm_up();
     const double tokens = static_cast<double>(r.n_prompt + r.n_gen);
     for (std::size_t i = 0; i < o.reps; ++i) {
-      lm.reset();
+      start(r.n_depth);
       const auto seconds = run();
       r.ns.push_back(static_cast<std::uint64_t>(seconds * 1e9));
       r.ts.push_back(tokens / seconds);
     }
     out.row(r);
   };
-  for (const std::size_t p : o.prompt) {
-    measure(
-        result{.n_prompt = p},
-        [&] {
-          lm.reset();
-          (void)lm.prefill(random_tokens(p));
-        },
-        [&] {
-          const auto ids = random_tokens(p);
-          const auto t0 = clock_type::now();
-          (void)lm.prefill(ids);
-          return std::chrono::duration<double>(clock_type::now() - t0).count();
-        });
-  }
-  for (const std::size_t n : o.gen) {
-    measure(
-        result{.n_gen = n},
-        [&] {
-          lm.reset();
-          (void)lm.decode(random_tokens(1));
-        },
-        [&] {
-          const auto ids = random_tokens(n);  // drawn before the clock starts
-          const auto t0 = clock_type::now();
-          for (std::size_t i = 0; i < n; ++i) (void)lm.decode(std::span(ids).subspan(i, 1));
-          return std::chrono::duration<double>(clock_type::now() - t0).count();
-        });
+  for (const std::size_t d : o.depth) {
+    for (const std::size_t p : o.prompt) {
+      measure(
+          result{.n_prompt = p, .n_depth = d}, [&] { (void)lm.prefill(random_tokens(p)); },
+          [&] {
+            const auto ids = random_tokens(p);
+            const auto t0 = clock_type::now();
+            (void)lm.prefill(ids);
+            return std::chrono::duration<double>(clock_type::now() - t0).count();
+          });
+    }
+    for (const std::size_t n : o.gen) {
+      measure(
+          result{.n_gen = n, .n_depth = d}, [&] { (void)lm.decode(random_tokens(1)); },
+          [&] {
+            const auto ids = random_tokens(n);  // drawn before the clock starts
+            const auto t0 = clock_type::now();
+            for (std::size_t i = 0; i < n; ++i) (void)lm.decode(std::span(ids).subspan(i, 1));
+            return std::chrono::duration<double>(clock_type::now() - t0).count();
+          });
+    }
   }
 }
 
@@ -587,10 +603,17 @@ void run_model(const std::string& path, const options& o, printer& out) {
   model::with_stored_weights(path, [&](auto weights) {
     const model_info m = describe(path, *weights);
     for (const std::size_t t : o.threads) {
-      switch (o.kv) {
-        case npullm::dtype::f32: run_tests<float>(weights, m, t, o, out); break;
-        case npullm::dtype::f16: run_tests<npullm::float16>(weights, m, t, o, out); break;
-        case npullm::dtype::bf16: run_tests<npullm::bfloat16>(weights, m, t, o, out); break;
+      const std::string& k = o.type_k;  // == o.type_v (parse_args)
+      if (k == "f32") {
+        run_tests<float>(weights, m, t, o, out);
+      } else if (k == "f16") {
+        run_tests<npullm::float16>(weights, m, t, o, out);
+      } else if (k == "bf16") {
+        run_tests<npullm::bfloat16>(weights, m, t, o, out);
+      } else if (k == "q8_0") {
+        run_tests<npullm::kv::q8_0>(weights, m, t, o, out);
+      } else {
+        run_tests<npullm::kv::q4_0>(weights, m, t, o, out);
       }
     }
   });

@@ -765,5 +765,35 @@ void flash_attention(const attention_io& io, const Source& source, std::size_t l
   flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles), present, mask, policy);
 }
 
+// The tile kernels a model pipeline runs (default tiles, f32 present, a sliding window with or
+// without padding: dynamic_attention's masks, a pool policy) for every KV element type,
+// instantiated once for a whole program, as ops/quant_linear.hpp does for the quantized linear:
+// one translation unit defines NPULLM_FLASH_KERNELS_INSTANTIATE before including this header,
+// the others NPULLM_FLASH_KERNELS_EXTERN, all built with the same -march (npullm_kernels in
+// CMakeLists.txt). Other instantiations compile in the caller as usual.
+#if defined(NPULLM_FLASH_KERNELS_INSTANTIATE) || defined(NPULLM_FLASH_KERNELS_EXTERN)
+#if defined(NPULLM_FLASH_KERNELS_INSTANTIATE)
+#define NPULLM_FK_EXTERN_
+#else
+#define NPULLM_FK_EXTERN_ extern
+#endif
+#define NPULLM_FK_MASK_(T, M)                                                                    \
+  NPULLM_FK_EXTERN_ template void flash_attention<flash<>, T, float, M, pool_policy>(            \
+      const attention_io&, std::span<const kv::kv_tile<T>>, const kv::kv_tile<float>*, const M&, \
+      const pool_policy&);
+#define NPULLM_FK_(T) \
+  NPULLM_FK_MASK_(T, sliding_window) NPULLM_FK_MASK_(T, NPULLM_FK_WINDOW_PADDING_)
+#define NPULLM_FK_WINDOW_PADDING_ all_of<sliding_window, padding>
+NPULLM_FK_(float)
+NPULLM_FK_(float16)
+NPULLM_FK_(bfloat16)
+NPULLM_FK_(kv::q8_0)
+NPULLM_FK_(kv::q4_0)
+#undef NPULLM_FK_WINDOW_PADDING_
+#undef NPULLM_FK_
+#undef NPULLM_FK_MASK_
+#undef NPULLM_FK_EXTERN_
+#endif
+
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::attention

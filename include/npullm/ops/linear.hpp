@@ -633,5 +633,36 @@ void linear(dense_view<const float, 2> x, const packed_weights<W>& w, dense_view
   linear<W, layout_right, layout_right, Policy>(x, w, y, bias, policy);
 }
 
+// The dense kernels instantiated once for a whole program, as ops/quant_linear.hpp does for the
+// quantized ones (a build-time saving: every translation unit that runs a model otherwise
+// compiles the f32 / f16 / bf16 GEMM and GEMV for each weight type). One translation unit
+// defines NPULLM_LINEAR_KERNELS_INSTANTIATE before including this header; the others define
+// NPULLM_LINEAR_KERNELS_EXTERN. All of them must be built with the same -march (the same
+// NPULLM_ISA_NAMESPACE): npullm's own programs do (npullm_kernels in CMakeLists.txt). Calls with
+// other layouts or policies instantiate in the caller as usual.
+#if defined(NPULLM_LINEAR_KERNELS_INSTANTIATE) || defined(NPULLM_LINEAR_KERNELS_EXTERN)
+#if defined(NPULLM_LINEAR_KERNELS_INSTANTIATE)
+#define NPULLM_LK_EXTERN_
+#else
+#define NPULLM_LK_EXTERN_ extern
+#endif
+#define NPULLM_LK_(W, P)                                                                       \
+  NPULLM_LK_EXTERN_ template void linear<W, layout_right, layout_right, layout_right, P>(      \
+      const tensor_view<const float, dextents<2>, layout_right>&,                              \
+      const tensor_view<const W, dextents<2>, layout_right>&,                                  \
+      const tensor_view<float, dextents<2>, layout_right>&, std::span<const float>, const P&); \
+  NPULLM_LK_EXTERN_ template void linear<W, layout_right, layout_right, P>(                    \
+      const tensor_view<const float, dextents<2>, layout_right>&, const packed_weights<W>&,    \
+      const tensor_view<float, dextents<2>, layout_right>&, std::span<const float>, const P&);
+NPULLM_LK_(float, serial)
+NPULLM_LK_(float, pool_policy)
+NPULLM_LK_(float16, serial)
+NPULLM_LK_(float16, pool_policy)
+NPULLM_LK_(bfloat16, serial)
+NPULLM_LK_(bfloat16, pool_policy)
+#undef NPULLM_LK_
+#undef NPULLM_LK_EXTERN_
+#endif
+
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

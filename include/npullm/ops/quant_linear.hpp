@@ -343,7 +343,7 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
 // NPULLM_QUANT_KERNELS_INSTANTIATE before including this header; the others define
 // NPULLM_QUANT_KERNELS_EXTERN and use its instantiations (serial and pool_policy). All of them
 // must be compiled with the same flags (the same -march: the same NPULLM_ISA_NAMESPACE). npullm's
-// own tests and examples do so (npullm_quant_kernels in CMakeLists.txt).
+// own tests and examples do so (npullm_kernels in CMakeLists.txt).
 #if defined(NPULLM_QUANT_KERNELS_INSTANTIATE) || defined(NPULLM_QUANT_KERNELS_EXTERN)
 #if defined(NPULLM_QUANT_KERNELS_INSTANTIATE)
 #define NPULLM_QK_EXTERN_
