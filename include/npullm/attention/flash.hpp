@@ -251,11 +251,12 @@ inline constexpr std::size_t pv_columns =
     simd::f32x16_registers >= 32 ? (R <= 2 ? 8 : (R <= 4 ? 4 : 2))
                                  : std::max<std::size_t>(1, (simd::f32x16_registers - 1) / (R + 1));
 
-template <std::size_t R, class T>
-inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc,
-                     bool stream) {
+// Runs body(a, c0, nc) over R rows' accumulators (acc: (R, dim)) a pass of C = pv_columns<R>
+// column vectors at a time: a[r][c] holds columns c0 + 16 c of row r (c < nc; the others are
+// zero and not stored), loaded before the body and stored after it.
+template <std::size_t R, class Body>
+[[gnu::always_inline]] inline void pv_passes(float* acc, std::size_t dim, Body&& body) {
   constexpr std::size_t lanes = simd::lanes;
-  const std::size_t units = dim / kv::unit_elements<T>;
   constexpr std::size_t C = pv_columns<R>;
   for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
     const std::size_t nc = std::min(C, (dim - c0) / lanes);
@@ -265,6 +266,22 @@ inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim,
         a[r][c] = c < nc ? simd::load(acc + r * dim + c0 + c * lanes) : simd::zero();
       }
     }
+    body(a, c0, nc);
+    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
+        if (c < nc) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
+      }
+    }
+  }
+}
+
+template <std::size_t R, class T>
+inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim, float* acc,
+                     bool stream) {
+  constexpr std::size_t lanes = simd::lanes;
+  constexpr std::size_t C = pv_columns<R>;
+  const std::size_t units = dim / kv::unit_elements<T>;
+  pv_passes<R>(acc, dim, [&](simd::f32x16(&a)[R][C], std::size_t c0, std::size_t nc) {
     for (std::size_t j = 0; j < n; ++j) {
       simd::f32x16 vj[C];
       NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
@@ -276,12 +293,7 @@ inline void block_pv(const float* p, const T* v, std::size_t n, std::size_t dim,
         NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) a[r][c] = simd::fmadd(pr, vj[c], a[r][c]);
       }
     }
-    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
-      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
-        if (c < nc) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
-      }
-    }
-  }
+  });
 }
 
 // Calls fn.template operator()<R>(r0) over rows [begin, end) in blocks of up to row_block.
@@ -357,16 +369,9 @@ template <std::size_t R, kv::quantized_kv_element T>
 inline void block_pv_quantized(const float* ps, std::size_t rows, const T* v, std::size_t n,
                                std::size_t dim, float* acc) {
   constexpr std::size_t lanes = simd::lanes;
-  const std::size_t units = dim / 32;
   constexpr std::size_t C = pv_columns<R>;
-  for (std::size_t c0 = 0; c0 < dim; c0 += C * lanes) {
-    const std::size_t nc = std::min(C, (dim - c0) / lanes);
-    simd::f32x16 a[R][C];
-    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
-      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
-        a[r][c] = c < nc ? simd::load(acc + r * dim + c0 + c * lanes) : simd::zero();
-      }
-    }
+  const std::size_t units = dim / 32;
+  pv_passes<R>(acc, dim, [&](simd::f32x16(&a)[R][C], std::size_t c0, std::size_t nc) {
     const float* pu[C];  // each column vector's unit's probabilities
     NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
       pu[c] = ps + (c < nc ? (c0 + c * lanes) / 32 : 0) * rows * key_block;
@@ -391,12 +396,7 @@ inline void block_pv_quantized(const float* ps, std::size_t rows, const T* v, st
         }
       }
     }
-    NPULLM_UNROLL for (std::size_t r = 0; r < R; ++r) {
-      NPULLM_UNROLL for (std::size_t c = 0; c < C; ++c) {
-        if (c < nc) simd::store(acc + r * dim + c0 + c * lanes, a[r][c]);
-      }
-    }
-  }
+  });
 }
 
 // One sub-tile of quantized K / V (see process_keys) for rows [begin, end): integer scores
