@@ -63,19 +63,21 @@ struct kv_copy {
   std::unique_ptr<npullm::kv::contiguous_cache<T>> cache;
   std::unique_ptr<npullm::kv::block_pool<T>> pool;
   std::unique_ptr<npullm::kv::block_table<T>> table;
-  std::vector<kv_tile<T>> tiles;
+  std::vector<npullm::kv::format_tile<T>> tiles;
 
   kv_copy(const head_shape& hs, std::size_t kv_len, std::size_t block, std::uint64_t seed) {
     const kv_shape shape{1, hs.kv_heads, hs.dim};
     std::vector<float> row(hs.kv_heads * hs.dim);
     auto fill = [&](auto& dst) {
+      auto part_row = [&](std::size_t j, auto part) {  // K or V of token j, its format
+        fill_random(row.data(), row.size(), seed * 1000003 + j * 2 + static_cast<int>(part.part));
+        auto t = dst.token_kv(j, 0, part);  // (kv_heads, D units)
+        for (std::size_t h = 0; h < hs.kv_heads; ++h)
+          npullm::kv::quantize_row(row.data() + h * hs.dim, hs.dim, &t(h, 0));
+      };
       for (std::size_t j = 0; j < kv_len; ++j) {
-        for (kv_part part : {kv_part::k, kv_part::v}) {
-          fill_random(row.data(), row.size(), seed * 1000003 + j * 2 + static_cast<int>(part));
-          auto t = dst.token_kv(j, 0, part);  // (kv_heads, D units)
-          for (std::size_t h = 0; h < hs.kv_heads; ++h)
-            npullm::kv::quantize_row<T>(row.data() + h * hs.dim, hs.dim, &t(h, 0));
-        }
+        part_row(j, npullm::kv::k_part);
+        part_row(j, npullm::kv::v_part);
       }
     };
     if (block == 0) {
@@ -135,8 +137,9 @@ struct naive_attention {
 template <class T>
 void decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len, std::size_t block,
                       bool cold, std::size_t threads) {
-  const double bytes =
-      2.0 * static_cast<double>(kv_len * hs.kv_heads * hs.dim) * npullm::kv::bytes_per_element<T>;
+  const double bytes = static_cast<double>(kv_len * hs.kv_heads * hs.dim) *
+                       (npullm::kv::bytes_per_element<npullm::kv::key_format_t<T>> +
+                        npullm::kv::bytes_per_element<npullm::kv::value_format_t<T>>);
   const std::size_t copies =
       cold
           ? std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(128.0 * (1 << 20) / bytes)))
@@ -153,7 +156,7 @@ void decode_benchmark(benchmark::State& state, head_shape hs, std::size_t kv_len
   std::size_t next = 0;
   const double seconds = nb::timed_loop(state, [&] {
     const auto& c = kv[next++ % copies];
-    at::flash_attention(io, std::span<const kv_tile<T>>(c.tiles),
+    at::flash_attention(io, std::span<const npullm::kv::format_tile<T>>(c.tiles),
                         static_cast<const kv_tile<float>*>(nullptr), at::no_mask{}, pool);
     benchmark::DoNotOptimize(out.data());
   });
@@ -254,15 +257,23 @@ void prefill_benchmark(benchmark::State& state, head_shape hs, std::size_t q_len
       nb::median_seconds(3, [&] { naive.run(hs, q.data(), q_len, out.data()); }) / seconds;
 }
 
+// f16, q8_0, ...; a mixed format as k<K>v<V> (k q8_0, v q4_0: kq8_0vq4_0).
 template <class T>
 std::string dtype_name() {
-  return std::string(npullm::kv::kv_element_name<T>());
+  if constexpr (npullm::kv::kv_element<T>) {
+    return std::string(npullm::kv::kv_element_name<T>());
+  } else {
+    return "k" + dtype_name<npullm::kv::key_format_t<T>>() + "v" +
+           dtype_name<npullm::kv::value_format_t<T>>();
+  }
 }
 
-// Quantized KV (q8_0, q4_0): the context lengths (16k, 64k), contiguous and blocks of 16.
+// Quantized KV (q8_0, q4_0, K q8_0 with V q4_0): the context lengths (16k, 64k), contiguous
+// and blocks of 16.
 template <class T>
 void register_decode(const head_shape& hs) {
-  constexpr bool quantized = npullm::kv::quantized_kv_element<T>;
+  constexpr bool quantized =  // a quantized format, or K and V in two (kv::mixed)
+      !npullm::kv::kv_element<T> || npullm::kv::quantized_kv_element<T>;
   for (std::size_t kv_len : {1024u, 4096u, 16384u, 65536u}) {
     if (quantized && kv_len < 16384) continue;
     for (std::size_t block : {0u, 16u, 256u}) {
@@ -319,6 +330,7 @@ void register_all() {
   for (const head_shape& hs : {head_shape{14, 2, 64}, head_shape{8, 8, 128}}) {
     register_decode<npullm::kv::q8_0>(hs);
     register_decode<npullm::kv::q4_0>(hs);
+    register_decode<npullm::kv::mixed<npullm::kv::q8_0, npullm::kv::q4_0>>(hs);
   }
   for (const head_shape& hs : {head_shape{14, 2, 64}, head_shape{32, 8, 128}}) {
     for (std::size_t threads : nb::thread_counts()) {

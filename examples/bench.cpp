@@ -71,8 +71,9 @@ constexpr const char* usage_text =
     "  -t, --threads T[,T...]   threads (default: the hardware threads)\n"
     "  -o, --output FORMAT      md (default), csv, json or jsonl\n"
     "  -ctk, --cache-type-k T   K cache type: f32, f16 (default, as llama.cpp), bf16, q8_0, q4_0\n"
-    "  -ctv, --cache-type-v T   V cache type, the same list; npullm's caches hold K and V in\n"
-    "                           one type, so -ctk and -ctv must agree\n"
+    "  -ctv, --cache-type-v T   V cache type, the same list; K and V may differ only as\n"
+    "                           -ctk q8_0 -ctv q4_0 (kv::mixed<q8_0, q4_0>: each K / V pair\n"
+    "                           is a pipeline compiled into this program)\n"
     "  --kv TYPE                both at once\n"
     "  --packing MODE           the weights' packing (model::weight_packing): auto (default),\n"
     "                           off, or on (quantized layers also get int8 GEMM panels)\n"
@@ -186,9 +187,10 @@ options parse_args(int argc, char** argv) {
     }
   }
   if (o.models.empty()) throw usage_error{"no model: give -m FILE.gguf or -m MODEL_DIR"};
-  if (o.type_k != o.type_v) {
+  if (o.type_k != o.type_v && !(o.type_k == "q8_0" && o.type_v == "q4_0")) {
     throw usage_error{"-ctk " + o.type_k + " and -ctv " + o.type_v +
-                      ": npullm's KV caches hold K and V in one type; give the same to both"};
+                      ": K and V in different types are built for -ctk q8_0 -ctv q4_0 only; give "
+                      "that pair or the same type to both"};
   }
   if (o.threads.empty())
     o.threads.push_back(std::max<std::size_t>(1, std::thread::hardware_concurrency()));
@@ -603,8 +605,10 @@ void run_model(const std::string& path, const options& o, printer& out) {
   model::with_stored_weights(path, [&](auto weights) {
     const model_info m = describe(path, *weights);
     for (const std::size_t t : o.threads) {
-      const std::string& k = o.type_k;  // == o.type_v (parse_args)
-      if (k == "f32") {
+      const std::string& k = o.type_k;  // == o.type_v, or q8_0 / q4_0 (parse_args)
+      if (k != o.type_v) {
+        run_tests<npullm::kv::mixed<npullm::kv::q8_0, npullm::kv::q4_0>>(weights, m, t, o, out);
+      } else if (k == "f32") {
         run_tests<float>(weights, m, t, o, out);
       } else if (k == "f16") {
         run_tests<npullm::float16>(weights, m, t, o, out);

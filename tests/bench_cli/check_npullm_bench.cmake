@@ -77,24 +77,34 @@ foreach(want "CPU +\\| +1 \\| +pp4 \\|" "\\| +2 \\| +tg2 \\| +[0-9.]+ ± [0-9.]+
   endif()
 endforeach()
 
-# ---- a quantized KV cache at a depth: q8_0 K and V, 6 tokens of context before each run -------
-execute_process(COMMAND ${BENCH} -m ${GGUF} -p 0 -n 2 -d 6 -r 1 -t 1 -ctk q8_0 -ctv q8_0 -o json
-                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-  fail("-ctk q8_0 -ctv q8_0 -d 6 exited with ${rc}: ${err}")
-endif()
-string(JSON n ERROR_VARIABLE json_error LENGTH "${out}")
-if(json_error OR NOT n EQUAL 1)
-  fail("-p 0 -n 2 -d 6 -o json: expected one test:\n${out}")
-endif()
-foreach(pair "type_k;q8_0" "type_v;q8_0" "n_depth;6" "n_gen;2" "n_prompt;0")
-  list(GET pair 0 key)
-  list(GET pair 1 want)
-  string(JSON v GET "${out}" 0 ${key})
-  if(NOT v STREQUAL want)
-    fail("-ctk q8_0 -ctv q8_0 -d 6: ${key} is '${v}', expected '${want}':\n${out}")
+# ---- a quantized KV cache at a depth ---------------------------------------------------------
+# Runs npullm_bench with `flags` (a list) and -o json; the one test's fields must hold the
+# values given as key:value pairs after it.
+function(expect_json_test flags)
+  execute_process(COMMAND ${BENCH} -m ${GGUF} ${flags} -o json
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    fail("'${flags}' exited with ${rc}: ${err}")
   endif()
-endforeach()
+  string(JSON n ERROR_VARIABLE json_error LENGTH "${out}")
+  if(json_error OR NOT n EQUAL 1)
+    fail("'${flags}' -o json: expected one test:\n${out}")
+  endif()
+  foreach(pair ${ARGN})
+    string(REPLACE ":" ";" pair "${pair}")
+    list(GET pair 0 key)
+    list(GET pair 1 want)
+    string(JSON v GET "${out}" 0 ${key})
+    if(NOT v STREQUAL want)
+      fail("'${flags}': ${key} is '${v}', expected '${want}':\n${out}")
+    endif()
+  endforeach()
+endfunction()
+# q8_0 K and V, 6 tokens of context before each run.
+expect_json_test("-p;0;-n;2;-d;6;-r;1;-t;1;-ctk;q8_0;-ctv;q8_0" type_k:q8_0 type_v:q8_0 n_depth:6
+                 n_gen:2 n_prompt:0)
+# K at 8 bits, V at 4 (kv::mixed<q8_0, q4_0>): each reported as given.
+expect_json_test("-p;0;-n;2;-d;3;-r;1;-t;1;-ctk;q8_0;-ctv;q4_0" type_k:q8_0 type_v:q4_0 n_depth:3)
 execute_process(COMMAND ${BENCH} -m ${GGUF} -p 2 -n 2 -d 0,3 -r 1 -t 1 --kv q4_0
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -107,9 +117,9 @@ foreach(want "\\| +pp2 \\|" "\\| +tg2 \\|" "\\| +pp2 @ d3 \\|" "\\| +tg2 @ d3 \\
 endforeach()
 
 # ---- bad command lines: the usage, exit status != 0 -----------------------------------------
-# (-ctk q8_0 -ctv q4_0: K and V in different types, which npullm's caches do not hold.)
+# (-ctk q4_0 -ctv q8_0: a K / V pair not compiled into npullm_bench.)
 foreach(args "-m;${GGUF};-x;1" "-m;${GGUF};-p;12a" "-m;${GGUF};--kv;q5_1" "-m;${GGUF};-t;0"
-        "-m;${GGUF};-o;sql" "-p;8" "-m;${GGUF};-ctk;q8_0;-ctv;q4_0" "-m;${GGUF};-d;x")
+        "-m;${GGUF};-o;sql" "-p;8" "-m;${GGUF};-ctk;q4_0;-ctv;q8_0" "-m;${GGUF};-d;x")
   execute_process(COMMAND ${BENCH} ${args} OUTPUT_VARIABLE out ERROR_VARIABLE err
                   RESULT_VARIABLE rc)
   if(rc EQUAL 0 OR NOT err MATCHES "usage: npullm_bench")

@@ -33,6 +33,7 @@
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/kv/kv_format.hpp"
+#include "npullm/kv/laddered_cache.hpp"
 #include "npullm/kv/prefix_cache.hpp"
 #include "npullm/kv/ring_cache.hpp"
 #include "npullm/ops/quant.hpp"
@@ -160,24 +161,26 @@ kv_values make_values(std::size_t len, std::size_t kv_heads, std::size_t dim, st
 }
 
 // Writes positions [begin, end) of vals into a source with token_kv (quantized or not).
+// (K and V each in its part's format: a mixed source's parts differ.)
 template <class Source>
 void write(Source& s, const kv_values& vals, std::size_t begin, std::size_t end) {
-  using T = typename Source::value_type;
   for (std::size_t pos = begin; pos < end; ++pos) {
-    for (kv_part part : {kv_part::k, kv_part::v}) {
-      auto row = s.token_kv(pos, 0, part);  // (kv_heads, units)
-      for (std::size_t h = 0; h < vals.kv_heads; ++h)
-        kv::quantize_row<T>(vals.at(part, pos, h), vals.dim, &row(h, 0));
+    auto ks = s.token_kv(pos, 0, kv::k_part);  // (kv_heads, units)
+    auto vs = s.token_kv(pos, 0, kv::v_part);
+    for (std::size_t h = 0; h < vals.kv_heads; ++h) {
+      kv::quantize_row(vals.at(kv_part::k, pos, h), vals.dim, &ks(h, 0));
+      kv::quantize_row(vals.at(kv_part::v, pos, h), vals.dim, &vs(h, 0));
     }
   }
 }
 
-// The values a T source stores for vals (each head row round-tripped).
+// The values a source of format T stores for vals (each head row round-tripped).
 template <class T>
 kv_values stored(kv_values vals) {
-  for (auto* x : {&vals.k, &vals.v})
-    for (std::size_t r = 0; r < x->size() / vals.dim; ++r)
-      kv::round_trip<T>(x->data() + r * vals.dim, vals.dim);
+  for (std::size_t r = 0; r < vals.k.size() / vals.dim; ++r) {
+    kv::round_trip<kv::key_format_t<T>>(vals.k.data() + r * vals.dim, vals.dim);
+    kv::round_trip<kv::value_format_t<T>>(vals.v.data() + r * vals.dim, vals.dim);
+  }
   return vals;
 }
 
@@ -204,10 +207,14 @@ float scale_of(const run_case& rc) {
 // What scores against quantized keys correspond to (quantized_keys.hpp): each query row times
 // the scale, quantized to int8 per 32 elements; run with scale 1, flash over keys holding the
 // dequantized values reads the same numbers up to f32 rounding.
+// (Keys in a storage type are scored in f32: the query is only scaled.)
+template <class T>
 std::vector<float> quantized_query(std::vector<float> q, std::size_t dim, float scale) {
   for (float& x : q) x *= scale;
-  for (std::size_t r = 0; r < q.size() / dim; ++r)
-    npullm::attention::query_round_trip(q.data() + r * dim, dim);
+  if constexpr (kv::quantized_kv_element<kv::key_format_t<T>>) {
+    for (std::size_t r = 0; r < q.size() / dim; ++r)
+      npullm::attention::query_round_trip(q.data() + r * dim, dim);
+  }
   return q;
 }
 
@@ -261,7 +268,7 @@ const char* name(storage s) {
   return n[static_cast<int>(s)];
 }
 
-// Flash over storage s of element T holding vals' first rc.past positions.
+// Flash over storage s of format T holding vals' first rc.past positions.
 template <class T>
 std::vector<float> flash_over(storage s, const run_case& rc, const kv_values& vals,
                               const kv_tile<float>* present, const std::vector<float>& q,
@@ -276,12 +283,12 @@ std::vector<float> flash_over(storage s, const run_case& rc, const kv_values& va
       write(c, vals, 0, n);
       if (s == storage::split) {
         const auto split = c.split_into_blocks(16);
-        std::vector<kv_tile<T>> tiles;
+        std::vector<kv::format_tile<T>> tiles;
         for (std::size_t i = 0; i < split.tile_count(); ++i) tiles.push_back(split.tile(0, i));
-        return run(rc, std::span<const kv_tile<T>>(tiles), present, q, scale);
+        return run(rc, std::span<const kv::format_tile<T>>(tiles), present, q, scale);
       }
       const auto t = c.tile(0, 0);
-      return run(rc, std::span<const kv_tile<T>>(&t, 1), present, q, scale);
+      return run(rc, std::span<const kv::format_tile<T>>(&t, 1), present, q, scale);
     }
     case storage::ring: {
       // Window 40 needs only the last 40 + q_len positions; the ring is filled step by step.
@@ -302,12 +309,12 @@ std::vector<float> flash_over(storage s, const run_case& rc, const kv_values& va
       table.append(n);
       write(table, vals, 0, n);
       auto tiles_of = [](const kv::block_table<T>& t) {
-        std::vector<kv_tile<T>> tiles;
+        std::vector<kv::format_tile<T>> tiles;
         for (std::size_t i = 0; i < t.tile_count(); ++i) tiles.push_back(t.tile(0, i));
         return tiles;
       };
       if (s == storage::blocks)
-        return run(rc, std::span<const kv_tile<T>>(tiles_of(table)), present, q, scale);
+        return run(rc, std::span<const kv::format_tile<T>>(tiles_of(table)), present, q, scale);
       if (s == storage::forked) {
         // A fork truncated into its last block, then rewritten (copy-on-write): the fork holds
         // the same values; the original's blocks are untouched by the fork's writes.
@@ -323,7 +330,7 @@ std::vector<float> flash_over(storage s, const run_case& rc, const kv_values& va
           scratch.append(n - cut);
           write(scratch, other, cut, n);  // copies, never writes into table's blocks
         }
-        return run(rc, std::span<const kv_tile<T>>(tiles_of(fork)), present, q, scale);
+        return run(rc, std::span<const kv::format_tile<T>>(tiles_of(fork)), present, q, scale);
       }
       // prefix: register the full blocks, attach a new table to them, append the rest.
       std::vector<kv::token_id> tokens(n);
@@ -335,15 +342,21 @@ std::vector<float> flash_over(storage s, const run_case& rc, const kv_values& va
       EXPECT_EQ(hit, (n - 1) / 16 * 16);
       reuse.append(n - hit);
       write(reuse, vals, hit, n);
-      return run(rc, std::span<const kv_tile<T>>(tiles_of(reuse)), present, q, scale);
+      return run(rc, std::span<const kv::format_tile<T>>(tiles_of(reuse)), present, q, scale);
     }
   }
   return {};
 }
 
+// Caches of one quantized format, and of K and V in different formats (kv::mixed): quantized
+// K with quantized or bf16 V, bf16 K (f32 scores) with quantized V.
+using cache_formats =
+    ::testing::Types<kv::q8_0, kv::q4_0, kv::mixed<kv::q8_0, kv::q4_0>,
+                     kv::mixed<kv::q8_0, bfloat16>, kv::mixed<bfloat16, kv::q4_0>>;
+
 template <class T>
 class KvQuantFlash : public ::testing::Test {};
-TYPED_TEST_SUITE(KvQuantFlash, formats);
+TYPED_TEST_SUITE(KvQuantFlash, cache_formats);
 
 TYPED_TEST(KvQuantFlash, EqualsFlashOverTheDequantizedValuesWithTheQuantizedQuery) {
   using T = TypeParam;
@@ -368,9 +381,9 @@ TYPED_TEST(KvQuantFlash, EqualsFlashOverTheDequantizedValuesWithTheQuantizedQuer
     for (storage s : {storage::contiguous, storage::blocks, storage::split, storage::ring,
                       storage::forked, storage::prefix}) {
       if (s == storage::ring && rc.mask != run_case::window) continue;  // a ring holds a window
-      SCOPED_TRACE(rc.label() + " " + name(s) + " " + std::string(kv::kv_element_name<T>()));
+      SCOPED_TRACE(rc.label() + " " + name(s) + " " + kv::kv_format_name<T>());
       const auto expected =
-          flash_over<float>(s, rc, deq, present, quantized_query(q, rc.dim, scale_of(rc)), 1.0f);
+          flash_over<float>(s, rc, deq, present, quantized_query<T>(q, rc.dim, scale_of(rc)), 1.0f);
       const auto got = flash_over<T>(s, rc, vals, present, q, scale_of(rc));
       ASSERT_EQ(got.size(), expected.size());
       for (std::size_t i = 0; i < got.size(); ++i) {
@@ -387,13 +400,16 @@ TYPED_TEST(KvQuantFlash, EqualsFlashOverTheDequantizedValuesWithTheQuantizedQuer
   }
   std::printf(
       "[ figure ] %s KV: max |flash - flash over the values with the quantized query| = %.3g\n",
-      std::string(kv::kv_element_name<T>()).c_str(), static_cast<double>(worst));
+      kv::kv_format_name<T>().c_str(), static_cast<double>(worst));
   EXPECT_GT(worst, 0.0f);  // different arithmetic: a zero would mean the f32 path ran
 }
 
 TYPED_TEST(KvQuantFlash, NearTheDoubleReferenceAtOddSizes) {
   using T = TypeParam;
-  const double tolerance = std::same_as<T, kv::q8_0> ? 0.02 : 0.3;
+  // The coarser part sets the bound (q4_0 keys or values: 0.3).
+  const bool four_bit =
+      std::same_as<kv::key_format_t<T>, kv::q4_0> || std::same_as<kv::value_format_t<T>, kv::q4_0>;
+  const double tolerance = four_bit ? 0.3 : 0.02;
   double worst = 0;
   for (std::size_t q_len : {1u, 17u, 37u}) {
     for (std::size_t past : {1u, 17u, 37u, 600u}) {
@@ -410,7 +426,7 @@ TYPED_TEST(KvQuantFlash, NearTheDoubleReferenceAtOddSizes) {
                             dense_view<float, 3>(out.data(), qh, q_len, d),
                             {},
                             scale};
-      flash_attention(io, std::span<const kv_tile<T>>(&t, 1),
+      flash_attention(io, std::span<const kv::format_tile<T>>(&t, 1),
                       static_cast<const kv_tile<float>*>(nullptr), causal{past});
       std::vector<double> ref(out.size());
       const dense_view<const float, 3> kview(vals.k.data(), total, kh, d);
@@ -432,7 +448,7 @@ TYPED_TEST(KvQuantFlash, NearTheDoubleReferenceAtOddSizes) {
     }
   }
   std::printf("[ figure ] %s KV: max |flash - double reference over unquantized values| = %.4g\n",
-              std::string(kv::kv_element_name<T>()).c_str(), worst);
+              kv::kv_format_name<T>().c_str(), worst);
   EXPECT_LE(worst, tolerance);
   EXPECT_GT(worst, 0.0);  // quantized: not the exact values
 }
@@ -479,7 +495,7 @@ TYPED_TEST(KvQuantFlash, PyramidOverQuantizedKv) {
   kv::contiguous_cache<T> quantized({1, kh, d}, 64);
   kv::contiguous_cache<float> plain({1, kh, d}, 64);
   const auto got = run_pyramid(quantized, q, 0.125f);
-  const auto expected = run_pyramid(plain, quantized_query(q, d, 0.125f), 1.0f);
+  const auto expected = run_pyramid(plain, quantized_query<T>(q, d, 0.125f), 1.0f);
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], expected[i], query_rounding_bound) << i;
 }
@@ -488,22 +504,26 @@ TYPED_TEST(KvQuantFlash, PyramidOverQuantizedKv) {
 
 template <class T>
 class KvQuantStorage : public ::testing::Test {};
-TYPED_TEST_SUITE(KvQuantStorage, formats);
+using storage_formats = ::testing::Types<kv::q8_0, kv::q4_0, kv::mixed<kv::q8_0, kv::q4_0>>;
+TYPED_TEST_SUITE(KvQuantStorage, storage_formats);
 
 template <class T>
 std::vector<std::byte> bytes_of(const kv::block_table<T>& t) {
   std::vector<std::byte> out;
+  auto append = [&](const auto& view) {  // (heads, len, units) of K's or V's format
+    const std::size_t unit_bytes = sizeof(*view.data_handle());
+    for (std::size_t h = 0; h < view.extent(0); ++h) {
+      const auto* p = reinterpret_cast<const std::byte*>(&view(h, 0, 0));
+      out.insert(out.end(), p, p + view.extent(1) * view.extent(2) * unit_bytes);
+    }
+  };
   for (std::size_t i = 0; i < t.tile_count(); ++i) {
     const auto tile = t.tile(0, i);
-    for (const auto* view : {&tile.k, &tile.v})
-      for (std::size_t h = 0; h < view->extent(0); ++h) {
-        const auto* p = reinterpret_cast<const std::byte*>(&(*view)(h, 0, 0));
-        out.insert(out.end(), p, p + view->extent(1) * view->extent(2) * sizeof(T));
-      }
+    append(tile.k);
+    append(tile.v);
   }
   return out;
 }
-
 TYPED_TEST(KvQuantStorage, ForkTruncateReleaseAndFailedAppend) {
   using T = TypeParam;
   const kv_shape shape{1, 2, 64};
@@ -548,7 +568,7 @@ TYPED_TEST(KvQuantStorage, ContiguousKeepsItsValuesAfterAFailedAppend) {
   const auto vals = make_values(20, 2, 64, 12);
   for (std::size_t pos = 0; pos < 20; ++pos)
     for (std::size_t h = 0; h < 2; ++h)
-      kv::quantize_row<T>(vals.at(kv_part::v, pos, h), 64, &c.token_kv(pos, 1, kv_part::v)(h, 0));
+      kv::quantize_row(vals.at(kv_part::v, pos, h), 64, &c.token_kv(pos, 1, kv::v_part)(h, 0));
   npullm::testing::expect_error([&] { c.append(13); }, error_code::capacity_exhausted,
                                 "KV cache is full");
   EXPECT_EQ(c.length(), 20u);
@@ -556,6 +576,70 @@ TYPED_TEST(KvQuantStorage, ContiguousKeepsItsValuesAfterAFailedAppend) {
   float row[64];
   kv::dequantize_row(&c.range_tile(1, 19, 1).v(1, 0, 0), 64, row);
   for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(row[i], expect.at(kv_part::v, 19, 1)[i]);
+}
+
+TEST(KvMixed, EachPartInItsOwnUnits) {
+  // K at 8 bits and V at 4: 34 + 18 bytes per 32 elements of a head row, laid out
+  // [layers][K|V][kv_heads, capacity, units] in every cache.
+  using F = kv::mixed<kv::q8_0, kv::q4_0>;
+  const kv_shape shape{3, 2, 64};
+  kv::contiguous_cache<F> c(shape, 20);
+  EXPECT_EQ(c.storage_bytes(), 3u * 2u * 20u * (2u * 34u + 2u * 18u));
+  kv::ring_cache<F> r(shape, 16, 4);
+  EXPECT_EQ(r.storage_bytes(), 3u * 2u * r.capacity() * (2u * 34u + 2u * 18u));
+  kv::block_pool<F> pool(shape, 16, 5);
+  EXPECT_EQ(pool.storage_bytes(), 3u * 2u * 16u * 5u * (2u * 34u + 2u * 18u));
+  // Layer 1's V starts after layer 0's K and V and layer 1's K.
+  c.append(1);
+  const auto* base = reinterpret_cast<const std::byte*>(c.data());
+  EXPECT_EQ(reinterpret_cast<const std::byte*>(&c.token_kv(0, 1, kv::v_part)(0, 0)) - base,
+            static_cast<std::ptrdiff_t>(2 * 20 * (2 * 34 + 2 * 18) + 2 * 20 * 2 * 34));
+  // head_dim must suit both parts: 48 is no multiple of q4_0's group (V), and the error says so.
+  npullm::testing::expect_error(
+      [] {
+        kv::contiguous_cache<kv::mixed<bfloat16, kv::q4_0>>({1, 2, 48}, 8);
+      },
+      error_code::unsupported, "q4_0");
+  npullm::testing::expect_error(
+      [] {
+        kv::block_pool<kv::mixed<kv::q8_0, float>>({1, 2, 48}, 16, 2);
+      },
+      error_code::unsupported, "q8_0");
+}
+
+TEST(KvMixed, LadderedCacheCarriesEachPartUp) {
+  // Growing to the next rung copies every valid unit of K and V in its own format: the values
+  // read back equal those written, and the tile has the larger cache's layout.
+  using F = kv::mixed<kv::q8_0, kv::q4_0>;
+  kv::laddered_cache<F> c({2, 2, 64}, {16, 48}, 10);
+  EXPECT_EQ(c.capacity(), 16u);
+  const auto vals = make_values(30, 2, 64, 21);
+  c.append(10);
+  for (std::size_t pos = 0; pos < 10; ++pos) {
+    for (std::size_t layer = 0; layer < 2; ++layer) {
+      auto ks = c.cache().token_kv(pos, layer, kv::k_part);
+      auto vs = c.cache().token_kv(pos, layer, kv::v_part);
+      for (std::size_t h = 0; h < 2; ++h) {
+        kv::quantize_row(vals.at(kv_part::k, pos, h), 64, &ks(h, 0));
+        kv::quantize_row(vals.at(kv_part::v, pos, h), 64, &vs(h, 0));
+      }
+    }
+  }
+  c.append(20);  // 30 > 16: the next rung
+  EXPECT_EQ(c.capacity(), 48u);
+  const auto expect = stored<F>(vals);
+  float row[64];
+  for (std::size_t layer = 0; layer < 2; ++layer) {
+    const auto t = c.cache().range_tile(layer, 0, 10);
+    for (std::size_t pos = 0; pos < 10; ++pos) {
+      for (std::size_t h = 0; h < 2; ++h) {
+        kv::dequantize_row(&t.k(h, pos, 0), 64, row);
+        for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(row[i], expect.at(kv_part::k, pos, h)[i]);
+        kv::dequantize_row(&t.v(h, pos, 0), 64, row);
+        for (std::size_t i = 0; i < 64; ++i) ASSERT_EQ(row[i], expect.at(kv_part::v, pos, h)[i]);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -282,14 +282,17 @@ TEST(Pipeline, SameLogitsAsTheHostBackendWithKvBlocksInLevelZeroMemory) {
   EXPECT_GT(lm.backend().live_allocations(), 10u);
 }
 
-// A quantized KV format (kv::q8_0 units) in Level Zero host memory: what the host backend gives.
+// A quantized KV in Level Zero host memory: what the host backend gives. K and V in different
+// formats (q8_0 K, q4_0 V: the pool's storage is bytes, each part in its own units), so the
+// typed-unit case (one format, as bf16) and the byte layout both run from device memory.
 TEST(Pipeline, QuantizedKvBlocksInLevelZeroMemory) {
   SCENARIO_PREFIX("pipeline");
-  using host_q8 = model::pipeline_config<model::block_kv<kv::q8_0, 16>, model::dynamic_attention<>,
-                                         float, npu::host_backend>;
-  using npu_q8 = model::pipeline_config<model::block_kv<kv::q8_0, 16>, model::dynamic_attention<>,
-                                        float, npu::level_zero_backend>;
-  pipeline_matches_host<npu_q8, host_q8>("tiny");
+  using k8v4 = kv::mixed<kv::q8_0, kv::q4_0>;
+  using host_q = model::pipeline_config<model::block_kv<k8v4, 16>, model::dynamic_attention<>,
+                                        float, npu::host_backend>;
+  using npu_q = model::pipeline_config<model::block_kv<k8v4, 16>, model::dynamic_attention<>, float,
+                                       npu::level_zero_backend>;
+  pipeline_matches_host<npu_q, host_q>("tiny");
 }
 
 TEST(Pipeline, ContiguousKvAndGenerationThroughTheNpu) {

@@ -125,11 +125,14 @@ struct item_rows {
 
 // Per-thread working memory of one item (reused across items and calls).
 struct item_scratch {
-  std::vector<float> q;       // (rows, D) queries times scale
-  std::vector<float> kt;      // (D, 16) the sub-tile's K, transposed
-  std::vector<float> p;       // (rows, 16) probabilities of the sub-tile
-  std::vector<float> acc;     // (rows, D)
-  std::vector<float> m, l;    // (rows)
+  std::vector<float> q;    // (rows, D) queries times scale
+  std::vector<float> kt;   // (D, 16) the sub-tile's K, transposed
+  std::vector<float> p;    // (rows, 16) probabilities of the sub-tile
+  std::vector<float> acc;  // (rows, D)
+  std::vector<float> m;    // (rows)
+  // (rows, 16): each row's sum of probabilities kept per lane and added up when the item ends
+  // (a horizontal add per row and sub-tile, chained through memory, cost 2-4 % of GQA decode).
+  std::vector<float> l;
   std::size_t keys_read = 0;  // (key, KV head) pairs loaded by the current item
   // K / V are read once, front to back (one query tile: decode), so hint them ahead; when
   // query tiles reuse the same keys from cache (prefill), the hints cost more than they save.
@@ -138,31 +141,39 @@ struct item_scratch {
   // Quantized keys (quantized_keys.hpp), unit-major so that a row block's values are a
   // constant distance apart: the rows' codes (D / 32, rows, 32), scales and accumulator starts
   // (D / 32, rows); the sub-tile's transposed codes (D / 32, 8, 16) and scales of K and V
-  // (D / 32, 16); p times V's scales (D / 32, rows, 16); a zero-padded copy of a short
+  // (D / 32, 16); p times V's scales (D / 32, rows, 16); zero-padded copies of a short
   // sub-tile's K and V rows (16 rows each).
   std::vector<std::int8_t> qq;
   std::vector<float> qd;
   std::vector<std::int32_t> qc;
   std::vector<std::int32_t> kq;
   std::vector<float> kd, vd, ps;
-  std::vector<std::byte> tail;
+  std::vector<std::byte> tail_k, tail_v;
 
-  template <class T>
+  // Sized for a K of format K (the query quantized to match) and a V of format V; a part in a
+  // storage type needs none of it.
+  template <class K, class V>
   void prepare_quantized(std::size_t rows, std::size_t dim) {
-    if constexpr (kv::quantized_kv_element<T>) {
-      const std::size_t units = dim / 32;
+    const std::size_t units = dim / 32;
+    if constexpr (kv::quantized_kv_element<K>) {
       qq.resize(rows * dim);
       qd.resize(rows * units);
       qc.resize(rows * units);
       kq.resize(units * 8 * key_block);
       kd.resize(units * key_block);
-      vd.resize(units * key_block);
-      ps.resize(rows * units * key_block);
       for (std::size_t r = 0; r < rows; ++r) {
-        quantize_query<T>(q.data() + r * dim, dim, rows, qq.data() + r * 32, qd.data() + r,
+        quantize_query<K>(q.data() + r * dim, dim, rows, qq.data() + r * 32, qd.data() + r,
                           qc.data() + r);
       }
     }
+    if constexpr (kv::quantized_kv_element<V>) {
+      vd.resize(units * key_block);
+      ps.resize(rows * units * key_block);
+    }
+  }
+
+  [[nodiscard]] float row_sum(std::size_t r) const noexcept {
+    return simd::reduce_add(simd::load(l.data() + r * key_block));
   }
 
   void prepare(std::size_t rows, std::size_t dim) {
@@ -171,7 +182,7 @@ struct item_scratch {
     p.resize(rows * key_block);
     acc.assign(rows * dim, 0.0f);
     m.assign(rows, neg_inf);
-    l.assign(rows, 0.0f);
+    l.assign(rows * key_block, 0.0f);
     keys_read = 0;
   }
 };
@@ -355,10 +366,12 @@ template <mask_policy Mask>
     for (std::size_t d = 0; d < dim; d += simd::lanes) {
       simd::store(acc + d, simd::mul(simd::load(acc + d), va));
     }
-    s.l[row] *= step.alpha;
+    float* lr = s.l.data() + row * key_block;
+    simd::store(lr, simd::mul(simd::load(lr), va));
     s.m[row] = step.m;
   }
-  s.l[row] += simd::reduce_add(prob);
+  float* lr = s.l.data() + row * key_block;
+  simd::store(lr, simd::add(simd::load(lr), prob));
 }
 
 // acc[r] += sum_j p'[u][r][j] vq_j for R rows over quantized V: V's scales are folded into the
@@ -399,39 +412,71 @@ inline void block_pv_quantized(const float* ps, std::size_t rows, const T* v, st
   });
 }
 
-// One sub-tile of quantized K / V (see process_keys) for rows [begin, end): integer scores
-// (quantized_keys.hpp) against K transposed once for all rows, then P V with V's scales folded
-// into p. A sub-tile of n < 16 keys is copied into zero-padded rows first, so the kernels
-// always read 16 whole rows (the padding's scores are masked like any lane >= n).
-template <class T, mask_policy Mask>
-void process_quantized_keys(const item_rows& rows, std::size_t begin, std::size_t end, const T* k,
-                            const T* v, std::size_t j0, std::size_t n, std::size_t dim,
-                            tile_visibility visibility, const Mask& mask, item_scratch& s) {
+// A short sub-tile's (n < 16 keys) rows of a quantized part copied into 16 rows, zero-padded,
+// so the kernels always read 16 whole rows (the padding's scores are masked like any lane >= n,
+// its probabilities are 0).
+template <kv::quantized_kv_element T>
+const T* padded_rows(const T* rows, std::size_t n, std::size_t units,
+                     std::vector<std::byte>& tail) {
+  tail.assign(key_block * units * sizeof(T), std::byte{0});
+  std::memcpy(tail.data(), rows, n * units * sizeof(T));
+  return reinterpret_cast<const T*>(tail.data());
+}
+
+// Scores of rows [begin, end) against a sub-tile of quantized K by integer dot products
+// (quantized_keys.hpp), K transposed once for all rows, into the online softmax.
+template <kv::quantized_kv_element K, mask_policy Mask>
+void quantized_key_scores(const item_rows& rows, std::size_t begin, std::size_t end, const K* k,
+                          std::size_t j0, std::size_t n, std::size_t dim,
+                          tile_visibility visibility, const Mask& mask, item_scratch& s) {
   const std::size_t units = dim / 32;
-  if (n < key_block) {
-    const std::size_t bytes = key_block * units * sizeof(T);
-    s.tail.assign(2 * bytes, std::byte{0});
-    std::memcpy(s.tail.data(), k, n * units * sizeof(T));
-    std::memcpy(s.tail.data() + bytes, v, n * units * sizeof(T));
-    k = reinterpret_cast<const T*>(s.tail.data());
-    v = reinterpret_cast<const T*>(s.tail.data() + bytes);
-  }
-  if (s.stream) {  // K and V 2 KiB ahead (about one sub-tile), a hint per 64 bytes
-    const std::size_t bytes = key_block * units * sizeof(T);
-    for (std::size_t b = 0; b < bytes; b += 64) {
-      __builtin_prefetch(reinterpret_cast<const char*>(k) + 2048 + b, 0, 0);
-      __builtin_prefetch(reinterpret_cast<const char*>(v) + 2048 + b, 0, 0);
-    }
-  }
   transpose_keys(k, units, s.kq.data(), s.kd.data());
   for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
     simd::f32x16 scores[R];
-    quantized_scores<R, T>(s.qq.data() + r0 * 32, s.qd.data() + r0, s.qc.data() + r0, rows.count(),
+    quantized_scores<R, K>(s.qq.data() + r0 * 32, s.qd.data() + r0, s.qc.data() + r0, rows.count(),
                            s.kq.data(), s.kd.data(), units, scores);
     for (std::size_t r = 0; r < R; ++r) {
       update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
     }
   });
+}
+
+// Scores of rows [begin, end) against a sub-tile of K in a storage type, in f32: one row reads
+// K as it is (row_scores), several transpose it once (K (n, D) -> kt (D, 16), keys past n zero).
+template <storage_type K, mask_policy Mask>
+void float_key_scores(const item_rows& rows, std::size_t begin, std::size_t end, const K* k,
+                      std::size_t j0, std::size_t n, std::size_t dim, tile_visibility visibility,
+                      const Mask& mask, item_scratch& s) {
+  if (end - begin == 1) {
+    update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), j0, n, dim, visibility,
+               mask, s);
+    return;
+  }
+  for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
+    simd::f32x16 block[simd::lanes];
+    for (std::size_t j = 0; j < simd::lanes; ++j) {
+      if (s.stream && j < n) prefetch_row(k + j * dim, d0);
+      block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
+    }
+    simd::transpose16(block);
+    for (std::size_t d = 0; d < simd::lanes; ++d) {
+      simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
+    }
+  }
+  for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+    simd::f32x16 scores[R];
+    block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
+    for (std::size_t r = 0; r < R; ++r) {
+      update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
+    }
+  });
+}
+
+// acc += P V for rows [begin, end) over a sub-tile of quantized V, V's scales folded into p.
+template <kv::quantized_kv_element V>
+void quantized_pv(const item_rows& rows, std::size_t begin, std::size_t end, const V* v,
+                  std::size_t n, std::size_t dim, item_scratch& s) {
+  const std::size_t units = dim / 32;
   unit_scales(v, units, s.vd.data());
   for (std::size_t r = begin; r < end; ++r) {
     const simd::f32x16 p = simd::load(s.p.data() + r * key_block);
@@ -447,39 +492,32 @@ void process_quantized_keys(const item_rows& rows, std::size_t begin, std::size_
 }
 
 // One sub-tile of n <= 16 keys at positions [j0, j0 + n) for the rows of KV head hk: k, v point
-// at that head's first key of the sub-tile, rows D / unit_elements<T> units apart.
-template <class T, mask_policy Mask>
-void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v, std::size_t j0,
+// at that head's first key of the sub-tile, rows D / unit_elements of their format apart.
+// Scores by K's kernel (integer dot products for a quantized K), then P V by V's.
+template <class K, class V, mask_policy Mask>
+void process_keys(const item_rows& rows, std::size_t hk, const K* k, const V* v, std::size_t j0,
                   std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
                   item_scratch& s) {
   const std::size_t begin = hk * rows.per_kv_head(), end = begin + rows.per_kv_head();
-  if constexpr (kv::quantized_kv_element<T>) {
-    process_quantized_keys(rows, begin, end, k, v, j0, n, dim, visibility, mask, s);
-  } else {
-    if (end - begin == 1) {
-      update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), j0, n, dim,
-                 visibility, mask, s);
-    } else {
-      // K (n, D) -> kt (D, 16), converted to f32; keys past n are zero.
-      for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
-        simd::f32x16 block[simd::lanes];
-        for (std::size_t j = 0; j < simd::lanes; ++j) {
-          if (s.stream && j < n) prefetch_row(k + j * dim, d0);
-          block[j] = j < n ? simd::load(k + j * dim + d0) : simd::zero();
-        }
-        simd::transpose16(block);
-        for (std::size_t d = 0; d < simd::lanes; ++d) {
-          simd::store(s.kt.data() + (d0 + d) * key_block, block[d]);
-        }
+  if (s.stream) {  // quantized K / V 2 KiB ahead (about one sub-tile), a hint per 64 bytes
+    auto hint = [](const auto* part, std::size_t bytes) {
+      for (std::size_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(part) + 2048 + b, 0, 0);
       }
-      for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
-        simd::f32x16 scores[R];
-        block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
-        for (std::size_t r = 0; r < R; ++r) {
-          update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
-        }
-      });
-    }
+    };
+    if constexpr (kv::quantized_kv_element<K>) hint(k, key_block * (dim / 32) * sizeof(K));
+    if constexpr (kv::quantized_kv_element<V>) hint(v, key_block * (dim / 32) * sizeof(V));
+  }
+  if constexpr (kv::quantized_kv_element<K>) {
+    if (n < key_block) k = padded_rows(k, n, dim / 32, s.tail_k);
+    quantized_key_scores(rows, begin, end, k, j0, n, dim, visibility, mask, s);
+  } else {
+    float_key_scores(rows, begin, end, k, j0, n, dim, visibility, mask, s);
+  }
+  if constexpr (kv::quantized_kv_element<V>) {
+    if (n < key_block) v = padded_rows(v, n, dim / 32, s.tail_v);
+    quantized_pv(rows, begin, end, v, n, dim, s);
+  } else {
     for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
       block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim, s.stream);
     });
@@ -491,8 +529,8 @@ void process_keys(const item_rows& rows, std::size_t hk, const T* k, const T* v,
 // heads `capacity` keys apart), heads go outermost, so one head's K and V are read as two
 // sequential streams; when heads sit side by side (a block), the heads of each 16-key step go
 // together so the block is read front to back.
-template <class T, mask_policy Mask>
-void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t key_begin,
+template <class K, class V, mask_policy Mask>
+void process_tile(const item_rows& rows, const kv::kv_tile<K, V>& tile, std::size_t key_begin,
                   std::size_t key_end, std::size_t dim, const Mask& mask, item_scratch& s) {
   auto step = [&](std::size_t hk, std::size_t j) {
     const std::size_t n = std::min(key_block, key_end - j);
@@ -500,13 +538,12 @@ void process_tile(const item_rows& rows, const kv::kv_tile<T>& tile, std::size_t
     const tile_visibility vis = mask.classify(rows.q_begin, rows.q_end, pos, pos + n);
     if (vis == tile_visibility::hidden) return;
     s.keys_read += n;
-    const std::size_t units = dim / kv::unit_elements<T>;
-    const T* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * units;
-    const T* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * units;
+    const K* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * (dim / kv::unit_elements<K>);
+    const V* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * (dim / kv::unit_elements<V>);
     process_keys(rows, hk, k, v, pos, n, dim, vis, mask, s);
   };
   constexpr std::size_t far_apart = 64 * 1024;  // bytes between heads
-  if (static_cast<std::size_t>(tile.k.stride(0)) * sizeof(T) >= far_apart) {
+  if (static_cast<std::size_t>(tile.k.stride(0)) * sizeof(K) >= far_apart) {
     for (std::size_t hk = 0; hk < rows.kv_heads; ++hk) {
       for (std::size_t j = key_begin; j < key_end; j += key_block) step(hk, j);
     }
@@ -524,22 +561,21 @@ inline std::size_t walk_start(std::size_t origin, std::size_t first) noexcept {
   return first <= origin ? origin : origin + (first - origin) / key_block * key_block;
 }
 
-template <class T>
-void check_tile(const kv::kv_tile<T>& t, std::size_t kv_heads, std::size_t dim,
+template <class K, class V>
+void check_tile(const kv::kv_tile<K, V>& t, std::size_t kv_heads, std::size_t dim,
                 std::size_t position, const char* what) {
   const auto& k = t.k;
   const auto& v = t.v;
-  // A quantized tile's last extent counts units of unit_elements<T> elements.
-  constexpr std::size_t g = kv::unit_elements<T>;
-  const std::size_t units = dim / g;
-  if (k.extent(0) != kv_heads || v.extent(0) != kv_heads || k.extent(2) * g != dim ||
-      v.extent(2) * g != dim || v.extent(1) != k.extent(1)) {
+  // A quantized part's last extent counts units of unit_elements elements.
+  constexpr std::size_t gk = kv::unit_elements<K>, gv = kv::unit_elements<V>;
+  if (k.extent(0) != kv_heads || v.extent(0) != kv_heads || k.extent(2) * gk != dim ||
+      v.extent(2) * gv != dim || v.extent(1) != k.extent(1)) {
     raise(error_code::invalid_shape, "flash_attention: ", what, " K ",
           npullm::detail::format_extents(k.extents()), " / V ",
           npullm::detail::format_extents(v.extents()), " do not match ", kv_heads,
-          " KV heads and head_dim ", dim, g == 1 ? "" : " (in units of 32 elements)");
+          " KV heads and head_dim ", dim, gk == 1 && gv == 1 ? "" : " (in units of 32 elements)");
   }
-  if (k.stride(2) != 1 || v.stride(2) != 1 || k.stride(1) != units || v.stride(1) != units) {
+  if (k.stride(2) != 1 || v.stride(2) != 1 || k.stride(1) != dim / gk || v.stride(1) != dim / gv) {
     raise(error_code::unsupported, "flash_attention: ", what,
           " rows must be dense (stride 1 within a key, head_dim between keys)");
   }
@@ -552,9 +588,9 @@ void check_tile(const kv::kv_tile<T>& t, std::size_t kv_heads, std::size_t dim,
 }  // namespace detail
 
 // Flash attention over explicit tiles. See the top of this file for shapes.
-template <flash_policy Tiles = flash<>, kv::kv_element T, storage_type P = float,
+template <flash_policy Tiles = flash<>, kv::kv_element K, kv::kv_element V, storage_type P = float,
           mask_policy Mask = no_mask, threading_policy Policy = serial>
-void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> past,
+void flash_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> past,
                      const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
   const std::size_t q_heads = io.q.extent(0), q_len = io.q.extent(1), dim = io.q.extent(2);
   if (dim == 0 || dim % simd::lanes != 0) {
@@ -611,26 +647,28 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
           " must be 0 (off) or finite and > 0");
   }
   if (q_len == 0 || q_heads == 0) return;
-  if constexpr (kv::quantized_kv_element<T>) {
-    // A quantized past: the present tile is read in the past's format (quantized here, once),
+  if constexpr (kv::quantized_kv_element<K> || kv::quantized_kv_element<V>) {
+    // A quantized past: the present tile is read in the past's formats (quantized here, once),
     // so a chunk's keys score the same as the present as when they come back from the cache.
     if (present != nullptr) {
-      const std::size_t units = dim / 32, n = present->length();
-      std::vector<T> qk(kv_heads * n * units), qv(qk.size());
+      const std::size_t n = present->length();
+      const std::size_t ku = dim / kv::unit_elements<K>, vu = dim / kv::unit_elements<V>;
+      std::vector<K> qk(kv_heads * n * ku);
+      std::vector<V> qv(kv_heads * n * vu);
       std::vector<float> row(dim);
       for (std::size_t h = 0; h < kv_heads; ++h) {
         for (std::size_t i = 0; i < n; ++i) {
-          for (auto [src, dst] : {std::pair{&present->k, &qk}, std::pair{&present->v, &qv}}) {
-            for (std::size_t d = 0; d < dim; ++d) row[d] = to_float((*src)(h, i, d));
-            kv::quantize_row<T>(row.data(), dim, dst->data() + (h * n + i) * units);
-          }
+          for (std::size_t d = 0; d < dim; ++d) row[d] = to_float(present->k(h, i, d));
+          kv::quantize_row<K>(row.data(), dim, qk.data() + (h * n + i) * ku);
+          for (std::size_t d = 0; d < dim; ++d) row[d] = to_float(present->v(h, i, d));
+          kv::quantize_row<V>(row.data(), dim, qv.data() + (h * n + i) * vu);
         }
       }
-      std::vector<kv::kv_tile<T>> tiles(past.begin(), past.end());
-      tiles.push_back({kv::make_kv_view<const T>(qk.data(), kv_heads, n, units, n * units),
-                       kv::make_kv_view<const T>(qv.data(), kv_heads, n, units, n * units),
+      std::vector<kv::kv_tile<K, V>> tiles(past.begin(), past.end());
+      tiles.push_back({kv::make_kv_view<const K>(qk.data(), kv_heads, n, ku, n * ku),
+                       kv::make_kv_view<const V>(qv.data(), kv_heads, n, vu, n * vu),
                        present->position});
-      flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles),
+      flash_attention<Tiles>(io, std::span<const kv::kv_tile<K, V>>(tiles),
                              static_cast<const kv::kv_tile<float>*>(nullptr), mask, policy);
       return;
     }
@@ -681,7 +719,7 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
       const std::size_t h = rows.head(r), i = rows.query(r);
       for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;
     }
-    s.prepare_quantized<T>(rows.count(), dim);
+    s.prepare_quantized<K, V>(rows.count(), dim);
     // Tiles overlapping [item_first, key_end), clipped to [key_begin, key_end) and started
     // on their grid at item_first.
     auto run = [&](const auto& tile) {
@@ -705,9 +743,9 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<T>> pas
         float* out = partials.data() + (item * rows_per_item + r) * (dim + 2);
         std::copy_n(s.acc.data() + r * dim, dim, out);
         out[dim] = s.m[r];
-        out[dim + 1] = s.l[r];
+        out[dim + 1] = s.row_sum(r);
       } else {
-        softmax_state state(s.m[r], s.l[r], std::span<float>(s.acc.data() + r * dim, dim));
+        softmax_state state(s.m[r], s.row_sum(r), std::span<float>(s.acc.data() + r * dim, dim));
         state.normalize();
         const std::size_t h = rows.head(r), i = rows.query(r);
         for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = s.acc[r * dim + d];
@@ -746,27 +784,28 @@ template <flash_policy Tiles = flash<>, kv::kv_source Source, storage_type P = f
           mask_policy Mask = no_mask, threading_policy Policy = serial>
 void flash_attention(const attention_io& io, const Source& source, std::size_t layer,
                      const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
-  using T = typename Source::value_type;
+  using tile_type = kv::format_tile<typename Source::value_type>;
   const std::size_t count = source.tile_count();
   const std::size_t first_visible = first_visible_key(mask, 0);
   std::size_t lo = 0, hi = count;  // first tile ending after first_visible (the last at most)
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    const kv::kv_tile<T> t = source.tile(layer, mid);
+    const tile_type t = source.tile(layer, mid);
     if (t.position + t.length() <= first_visible)
       lo = mid + 1;
     else
       hi = mid;
   }
-  std::vector<kv::kv_tile<T>> tiles;
+  std::vector<tile_type> tiles;
   tiles.reserve(count - std::min(lo, count));
   for (std::size_t i = std::min(lo, count == 0 ? 0 : count - 1); i < count; ++i)
     tiles.push_back(source.tile(layer, i));
-  flash_attention<Tiles>(io, std::span<const kv::kv_tile<T>>(tiles), present, mask, policy);
+  flash_attention<Tiles>(io, std::span<const tile_type>(tiles), present, mask, policy);
 }
 
 // The tile kernels a model pipeline runs (default tiles, f32 present, a sliding window with or
-// without padding: dynamic_attention's masks, a pool policy) for every KV element type,
+// without padding: dynamic_attention's masks, a pool policy) for every KV element type and
+// kv::mixed<q8_0, q4_0>,
 // instantiated once for a whole program, as ops/quant_linear.hpp does for the quantized linear:
 // one translation unit defines NPULLM_FLASH_KERNELS_INSTANTIATE before including this header,
 // the others NPULLM_FLASH_KERNELS_EXTERN, all built with the same -march (npullm_kernels in
@@ -777,18 +816,19 @@ void flash_attention(const attention_io& io, const Source& source, std::size_t l
 #else
 #define NPULLM_FK_EXTERN_ extern
 #endif
-#define NPULLM_FK_MASK_(T, M)                                                                    \
-  NPULLM_FK_EXTERN_ template void flash_attention<flash<>, T, float, M, pool_policy>(            \
-      const attention_io&, std::span<const kv::kv_tile<T>>, const kv::kv_tile<float>*, const M&, \
-      const pool_policy&);
-#define NPULLM_FK_(T) \
-  NPULLM_FK_MASK_(T, sliding_window) NPULLM_FK_MASK_(T, NPULLM_FK_WINDOW_PADDING_)
+#define NPULLM_FK_MASK_(K, V, M)                                                          \
+  NPULLM_FK_EXTERN_ template void flash_attention<flash<>, K, V, float, M, pool_policy>(  \
+      const attention_io&, std::span<const kv::kv_tile<K, V>>, const kv::kv_tile<float>*, \
+      const M&, const pool_policy&);
+#define NPULLM_FK_(K, V) \
+  NPULLM_FK_MASK_(K, V, sliding_window) NPULLM_FK_MASK_(K, V, NPULLM_FK_WINDOW_PADDING_)
 #define NPULLM_FK_WINDOW_PADDING_ all_of<sliding_window, padding>
-NPULLM_FK_(float)
-NPULLM_FK_(float16)
-NPULLM_FK_(bfloat16)
-NPULLM_FK_(kv::q8_0)
-NPULLM_FK_(kv::q4_0)
+NPULLM_FK_(float, float)
+NPULLM_FK_(float16, float16)
+NPULLM_FK_(bfloat16, bfloat16)
+NPULLM_FK_(kv::q8_0, kv::q8_0)
+NPULLM_FK_(kv::q4_0, kv::q4_0)
+NPULLM_FK_(kv::q8_0, kv::q4_0)
 #undef NPULLM_FK_WINDOW_PADDING_
 #undef NPULLM_FK_
 #undef NPULLM_FK_MASK_

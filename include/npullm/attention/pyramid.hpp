@@ -142,9 +142,9 @@ class pyramid_step {
 
 // The variant's past KV over a contiguous cache: positions [0, past_capacity) of the shared
 // buffer, valid or not (padding is masked). Zero-copy.
-template <kv::kv_element T, class A>
-kv::kv_tile<T> pyramid_past(const kv::contiguous_cache<T, A>& cache, std::size_t layer,
-                            const pyramid_step& step) {
+template <kv::kv_format T, class A>
+kv::format_tile<T> pyramid_past(const kv::contiguous_cache<T, A>& cache, std::size_t layer,
+                                const pyramid_step& step) {
   const std::size_t past = step.variant().past_capacity;
   if (past > cache.capacity()) {
     raise(error_code::invalid_shape, "pyramid_past: variant past ", past,
@@ -155,9 +155,9 @@ kv::kv_tile<T> pyramid_past(const kv::contiguous_cache<T, A>& cache, std::size_t
 
 // The variant's past KV over a block table with block size q: its first i blocks, whole
 // (padded slots of a partial last block are masked). Zero-copy.
-template <kv::kv_element T, class A>
-std::vector<kv::kv_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std::size_t layer,
-                                         const pyramid_step& step) {
+template <kv::kv_format T, class A>
+std::vector<kv::format_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std::size_t layer,
+                                             const pyramid_step& step) {
   const auto& pool = table.pool();
   const std::size_t bs = pool.block_size();
   const std::size_t blocks = step.variant().index;
@@ -170,25 +170,19 @@ std::vector<kv::kv_tile<T>> pyramid_past(const kv::block_table<T, A>& table, std
           " blocks of ", step.variant().past_capacity / std::max<std::size_t>(blocks, 1),
           " tokens; the table has ", table.blocks().size(), " blocks of ", bs);
   }
-  const auto& s = pool.shape();
-  std::vector<kv::kv_tile<T>> tiles;
+  std::vector<kv::format_tile<T>> tiles;
   tiles.reserve(blocks);
   for (std::size_t i = 0; i < blocks; ++i) {
-    const kv::block_id b = table.blocks()[i];
-    tiles.push_back({kv::make_kv_view(pool.block(b, layer, kv::kv_part::k).data_handle(),
-                                      s.kv_heads, bs, pool.units(), bs * pool.units()),
-                     kv::make_kv_view(pool.block(b, layer, kv::kv_part::v).data_handle(),
-                                      s.kv_heads, bs, pool.units(), bs * pool.units()),
-                     i * bs});
+    tiles.push_back(pool.block_tile(table.blocks()[i], layer, bs, i * bs));
   }
   return tiles;
 }
 
 // Runs the step's variant for one layer: q (q_heads, rows, D) against the past tiles and the
 // present tile (kv_heads, rows, D) under the step's mask, as the device would.
-template <flash_policy Tiles = flash<>, kv::kv_element T, storage_type P = float,
+template <flash_policy Tiles = flash<>, kv::kv_element K, kv::kv_element V, storage_type P = float,
           threading_policy Policy = serial>
-void pyramid_attention(const attention_io& io, std::span<const kv::kv_tile<T>> past,
+void pyramid_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> past,
                        const kv::kv_tile<P>& present, const pyramid_step& step,
                        const Policy& policy = {}) {
   if (present.length() != step.present_slots() || io.q.extent(1) != step.mask().extent(0)) {

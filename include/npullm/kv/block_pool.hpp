@@ -3,8 +3,8 @@
 // Storage: for every layer, K and V, `num_blocks` blocks of [kv_heads, block_size, head_dim]
 // (layout [layers][K|V][num_blocks][kv_heads, block_size, head_dim]), so a block of one layer
 // and one of K/V is a dense, zero-copy view. The element type is a policy (float, float16,
-// bfloat16), and so is the allocator (64-byte aligned host memory by default; a device
-// allocator can hand out host-visible memory the NPU reads in place).
+// bfloat16, a quantized format or kv::mixed<K, V>), and so is the allocator (64-byte aligned host
+// memory by default; a device allocator can hand out host-visible memory the NPU reads in place).
 //
 // Lifecycle: allocate(n) takes n free blocks (all or none) with reference count 1; retain and
 // release move the count; a block whose count reaches 0 returns to the back of the free queue.
@@ -30,25 +30,26 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/kv/kv_tile.hpp"
+#include "npullm/kv/layer_storage.hpp"
 
 namespace npullm::kv {
 
 using block_id = std::uint32_t;
 inline constexpr block_id no_block = std::numeric_limits<block_id>::max();
 
-template <kv_element T, class Allocator = aligned_allocator<T>>
+template <kv_format T, class Allocator = aligned_allocator<storage_unit_t<T>>>
 class block_pool {
  public:
-  using value_type = T;
+  using value_type = T;  // the format: one element type, or kv::mixed<K, V>
   using allocator_type = Allocator;
+  using storage_unit = storage_unit_t<T>;
 
   block_pool(kv_shape shape, std::size_t block_size, std::size_t num_blocks,
              const Allocator& alloc = Allocator())
       : shape_(checked_shape(shape)),
         block_size_(block_size),
         num_blocks_(checked_count(block_size, num_blocks)),
-        block_elements_(shape.kv_heads * block_size * kv_units<T>(shape.head_dim, "block_pool")),
-        storage_({shape.layers * 2, num_blocks, block_elements_}, alloc),
+        storage_(shape_, block_size * num_blocks_, alloc, "block_pool"),
         ref_(num_blocks, 0),
         cached_(num_blocks, 0),
         prev_(num_blocks),
@@ -129,35 +130,54 @@ class block_pool {
 
   // ---- storage ---------------------------------------------------------------------------
 
-  // (kv_heads, block_size, head_dim) of block b, one layer, K or V: zero-copy.
-  [[nodiscard]] dense_view<T, 3> block(block_id b, std::size_t layer, kv_part part) noexcept {
-    return dense_view<T, 3>(block_data(b, layer, part), shape_.kv_heads, block_size_, units());
+  // (kv_heads, block_size, head_dim | units) of block b, one layer, K or V: zero-copy. The part
+  // as a tag (kv::k_part, kv::v_part) gives a view of that part's format; as a kv_part value,
+  // for a pool of one format.
+  template <kv_part P>
+  [[nodiscard]] dense_view<part_format_t<T, P>, 3> block(block_id b, std::size_t layer,
+                                                         part_tag<P>) const noexcept {
+    return dense_view<part_format_t<T, P>, 3>(block_data<P>(b, layer), shape_.kv_heads, block_size_,
+                                              shape_.units<part_format_t<T, P>>());
+  }
+  [[nodiscard]] dense_view<T, 3> block(block_id b, std::size_t layer,
+                                       kv_part part) noexcept requires kv_element<T> {
+    return part == kv_part::k ? block(b, layer, k_part) : block(b, layer, v_part);
   }
   [[nodiscard]] dense_view<const T, 3> block(block_id b, std::size_t layer,
-                                             kv_part part) const noexcept {
-    return dense_view<const T, 3>(block_data(b, layer, part), shape_.kv_heads, block_size_,
-                                  units());
+                                             kv_part part) const noexcept requires kv_element<T> {
+    return part == kv_part::k ? block(b, layer, k_part) : block(b, layer, v_part);
+  }
+
+  // The first `len` tokens of block b, one layer, as a tile whose first token is at
+  // `position`: zero-copy.
+  [[nodiscard]] format_tile<T> block_tile(block_id b, std::size_t layer, std::size_t len,
+                                          std::size_t position) const noexcept {
+    using K = key_format_t<T>;
+    using V = value_format_t<T>;
+    const std::size_t ku = shape_.units<K>(), vu = shape_.units<V>();
+    return {make_kv_view<const K>(block_data<kv_part::k>(b, layer), shape_.kv_heads, len, ku,
+                                  block_size_ * ku),
+            make_kv_view<const V>(block_data<kv_part::v>(b, layer), shape_.kv_heads, len, vu,
+                                  block_size_ * vu),
+            position};
   }
 
   // Copies the first `tokens` tokens of every layer's K and V from src to dst.
   void copy_block(block_id src, block_id dst, std::size_t tokens) noexcept {
     for (std::size_t layer = 0; layer < shape_.layers; ++layer) {
-      for (kv_part part : {kv_part::k, kv_part::v}) {
-        const T* s = block_data(src, layer, part);
-        T* d = block_data(dst, layer, part);
-        for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
-          const std::size_t offset = h * block_size_ * units();
-          std::memcpy(d + offset, s + offset, tokens * units() * sizeof(T));
-        }
-      }
+      copy_part<kv_part::k>(src, dst, layer, tokens);
+      copy_part<kv_part::v>(src, dst, layer, tokens);
     }
   }
 
   // ---- observers -------------------------------------------------------------------------
 
   [[nodiscard]] const kv_shape& shape() const noexcept { return shape_; }
-  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units.
-  [[nodiscard]] std::size_t units() const noexcept { return shape_.units<T>(); }
+  // Storage units per head row: head_dim elements, or head_dim / 32 quantized units (for a pool
+  // of one format; kv_shape::units<part_format_t<T, P>>() for each part of a mixed one).
+  [[nodiscard]] std::size_t units() const noexcept requires kv_element<T> {
+    return shape_.units<T>();
+  }
   [[nodiscard]] std::size_t block_size() const noexcept { return block_size_; }
   [[nodiscard]] std::size_t total_count() const noexcept { return num_blocks_; }
   [[nodiscard]] std::size_t free_count() const noexcept { return free_count_; }
@@ -177,7 +197,9 @@ class block_pool {
   static constexpr std::size_t metadata_bytes_per_block() noexcept {
     return sizeof(std::uint32_t) + sizeof(std::uint8_t) + 2 * sizeof(block_id);
   }
-  [[nodiscard]] const T* data() const noexcept { return storage_.data(); }
+  // The storage: [layers][K|V][num_blocks][kv_heads, block_size, units] (bytes in that order
+  // for a mixed format).
+  [[nodiscard]] const storage_unit* data() const noexcept { return storage_.data(); }
   [[nodiscard]] std::size_t storage_bytes() const noexcept { return storage_.size_bytes(); }
 
  private:
@@ -193,12 +215,21 @@ class block_pool {
     return num_blocks;
   }
 
-  T* block_data(block_id b, std::size_t layer, kv_part part) noexcept {
-    return storage_.data() +
-           ((layer * 2 + static_cast<std::size_t>(part)) * num_blocks_ + b) * block_elements_;
+  template <kv_part P>
+  part_format_t<T, P>* block_data(block_id b, std::size_t layer) const noexcept {
+    return storage_.template data<P>(layer) +
+           b * shape_.kv_heads * block_size_ * shape_.units<part_format_t<T, P>>();
   }
-  const T* block_data(block_id b, std::size_t layer, kv_part part) const noexcept {
-    return const_cast<block_pool*>(this)->block_data(b, layer, part);
+  template <kv_part P>
+  void copy_part(block_id src, block_id dst, std::size_t layer, std::size_t tokens) noexcept {
+    using U = part_format_t<T, P>;
+    const std::size_t units = shape_.units<U>();
+    const U* s = block_data<P>(src, layer);
+    U* d = block_data<P>(dst, layer);
+    for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
+      const std::size_t offset = h * block_size_ * units;
+      std::memcpy(d + offset, s + offset, tokens * units * sizeof(U));
+    }
   }
 
   void check_id(block_id b, const char* what) const {
@@ -241,8 +272,7 @@ class block_pool {
   kv_shape shape_;
   std::size_t block_size_;
   std::size_t num_blocks_;
-  std::size_t block_elements_;
-  tensor<T, 3, Allocator> storage_;  // (layers * 2, num_blocks, block_elements)
+  layer_storage<T, Allocator> storage_;  // rows: num_blocks * block_size (see data())
   std::vector<std::uint32_t> ref_;
   std::vector<std::uint8_t> cached_;
   std::vector<block_id> prev_, next_;

@@ -45,10 +45,10 @@ struct token_range {
   std::size_t end = 0;
 };
 
-template <kv_element T, class Allocator = aligned_allocator<T>>
+template <kv_format T, class Allocator = aligned_allocator<storage_unit_t<T>>>
 class block_table {
  public:
-  using value_type = T;
+  using value_type = T;  // the format: one element type, or kv::mixed<K, V>
   using pool_type = block_pool<T, Allocator>;
 
   explicit block_table(pool_type& pool) noexcept : pool_(&pool) {}
@@ -103,11 +103,19 @@ class block_table {
     return r;
   }
 
-  // Where token `pos` (< length()) keeps its K or V for a layer: (kv_heads, head_dim).
-  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part) {
+  // Where token `pos` (< length()) keeps its K or V for a layer: (kv_heads, head_dim | units).
+  // The part as a tag (kv::k_part, kv::v_part) gives a view of that part's format; as a kv_part
+  // value, for a table of one format.
+  template <kv_part P>
+  [[nodiscard]] strided_view<part_format_t<T, P>, 2> token_kv(std::size_t pos, std::size_t layer,
+                                                              part_tag<P> part) {
     check_position(pos);
     const std::size_t bs = pool_->block_size();
     return subview(pool_->block(blocks_[pos / bs - released_], layer, part), all, pos % bs, all);
+  }
+  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer,
+                                            kv_part part) requires kv_element<T> {
+    return part == kv_part::k ? token_kv(pos, layer, k_part) : token_kv(pos, layer, v_part);
   }
 
   // Another table over the same blocks (each block's reference count goes up by one).
@@ -205,24 +213,16 @@ class block_table {
   [[nodiscard]] std::size_t released_blocks() const noexcept { return released_; }
   // Live block i of one layer: (kv_heads, tile_len, head_dim) at position
   // (released_blocks() + i) * block_size; tile_len = block_size except for a shorter last block.
-  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
+  [[nodiscard]] format_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
     return tile(layer, i, length_);
   }
   // The same over the tokens before `length` only (length <= length()): the past a step
   // attends to, before the tokens it has appended (i < tile_count(length)).
-  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i,
-                                std::size_t length) const noexcept {
+  [[nodiscard]] format_tile<T> tile(std::size_t layer, std::size_t i,
+                                    std::size_t length) const noexcept {
     const std::size_t bs = pool_->block_size();
     const std::size_t first = (released_ + i) * bs;
-    const std::size_t len = std::min(bs, length - first);
-    const auto& p = *pool_;
-    const auto& s = p.shape();
-    const std::size_t units = p.units();
-    return {make_kv_view(p.block(blocks_[i], layer, kv_part::k).data_handle(), s.kv_heads, len,
-                         units, bs * units),
-            make_kv_view(p.block(blocks_[i], layer, kv_part::v).data_handle(), s.kv_heads, len,
-                         units, bs * units),
-            first};
+    return pool_->block_tile(blocks_[i], layer, std::min(bs, length - first), first);
   }
 
   // The live blocks: blocks()[i] holds tokens from (released_blocks() + i) * block_size.

@@ -16,20 +16,20 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/kv/kv_tile.hpp"
+#include "npullm/kv/layer_storage.hpp"
 
 namespace npullm::kv {
 
-template <kv_element T, class Allocator = aligned_allocator<T>>
+template <kv_format T, class Allocator = aligned_allocator<storage_unit_t<T>>>
 class contiguous_cache {
  public:
-  using value_type = T;
+  using value_type = T;  // the format: one element type, or kv::mixed<K, V>
+  using storage_unit = storage_unit_t<T>;
 
   contiguous_cache(kv_shape shape, std::size_t capacity, const Allocator& alloc = Allocator())
       : shape_(checked(shape, capacity)),
         capacity_(capacity),
-        storage_({shape.layers * 2, shape.kv_heads,
-                  capacity * kv_units<T>(shape.head_dim, "contiguous_cache")},
-                 alloc) {}
+        storage_(shape_, capacity, alloc, "contiguous_cache") {}
 
   // Reserves n more positions; returns the first. Throws capacity_exhausted when they do not
   // fit (the length is unchanged).
@@ -52,18 +52,31 @@ class contiguous_cache {
   }
   void reset() noexcept { length_ = 0; }
 
-  // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim).
-  [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer, kv_part part) noexcept {
-    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, units(),
-                        capacity_ * units());
+  // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim | units). The part as
+  // a tag (kv::k_part, kv::v_part) gives a view of that part's format; as a kv_part value, for
+  // a cache of one format.
+  template <kv_part P>
+  [[nodiscard]] strided_view<part_format_t<T, P>, 3> buffer(std::size_t layer,
+                                                            part_tag<P>) noexcept {
+    return storage_.template buffer<P>(layer);
   }
-  // Where token `pos` (< length()) keeps its K or V for a layer: (kv_heads, head_dim).
-  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part) {
+  [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer,
+                                          kv_part part) noexcept requires kv_element<T> {
+    return part == kv_part::k ? buffer(layer, k_part) : buffer(layer, v_part);
+  }
+  // Where token `pos` (< length()) keeps its K or V for a layer: (kv_heads, head_dim | units).
+  template <kv_part P>
+  [[nodiscard]] strided_view<part_format_t<T, P>, 2> token_kv(std::size_t pos, std::size_t layer,
+                                                              part_tag<P> part) {
     if (pos >= length_) {
       raise(error_code::out_of_range, "contiguous_cache: token ", pos, " out of range for length ",
             length_);
     }
     return subview(buffer(layer, part), all, pos, all);
+  }
+  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer,
+                                            kv_part part) requires kv_element<T> {
+    return part == kv_part::k ? token_kv(pos, layer, k_part) : token_kv(pos, layer, v_part);
   }
 
   // ---- KV source: one tile per layer, the valid tokens ---------------------------------------
@@ -72,20 +85,14 @@ class contiguous_cache {
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   [[nodiscard]] const kv_shape& shape() const noexcept { return shape_; }
   [[nodiscard]] std::size_t tile_count() const noexcept { return length_ == 0 ? 0 : 1; }
-  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t /*i*/) const noexcept {
+  [[nodiscard]] format_tile<T> tile(std::size_t layer, std::size_t /*i*/) const noexcept {
     return range_tile(layer, 0, length_);
   }
 
   // Tokens [first, first + len) of one layer as a tile: zero-copy.
-  [[nodiscard]] kv_tile<T> range_tile(std::size_t layer, std::size_t first,
-                                      std::size_t len) const noexcept {
-    const std::size_t head_stride = capacity_ * units();
-    const std::size_t offset = first * units();
-    return {make_kv_view<const T>(data(layer, kv_part::k) + offset, shape_.kv_heads, len, units(),
-                                  head_stride),
-            make_kv_view<const T>(data(layer, kv_part::v) + offset, shape_.kv_heads, len, units(),
-                                  head_stride),
-            first};
+  [[nodiscard]] format_tile<T> range_tile(std::size_t layer, std::size_t first,
+                                          std::size_t len) const noexcept {
+    return storage_.tile(layer, first, len, first);
   }
 
   class block_split;
@@ -98,8 +105,9 @@ class contiguous_cache {
     return block_split(*this, block_size);
   }
 
-  // The storage as one buffer (what a device binds): (layers * 2, kv_heads, capacity * head_dim).
-  [[nodiscard]] const T* data() const noexcept { return storage_.data(); }
+  // The storage as one buffer (what a device binds): (layers * 2, kv_heads, capacity * units)
+  // for one format; for a mixed one, bytes laid out [layers][K|V][kv_heads, capacity, units].
+  [[nodiscard]] const storage_unit* data() const noexcept { return storage_.data(); }
   [[nodiscard]] std::size_t storage_bytes() const noexcept { return storage_.size_bytes(); }
 
  private:
@@ -108,21 +116,13 @@ class contiguous_cache {
     if (capacity == 0) raise(error_code::invalid_argument, "contiguous_cache: capacity 0");
     return shape;
   }
-  std::size_t units() const noexcept { return shape_.units<T>(); }
-  T* data(std::size_t layer, kv_part part) noexcept {
-    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
-  }
-  const T* data(std::size_t layer, kv_part part) const noexcept {
-    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
-  }
-
   kv_shape shape_;
   std::size_t capacity_;
   std::size_t length_ = 0;
-  tensor<T, 3, Allocator> storage_;  // (layers * 2, kv_heads, capacity * head_dim)
+  layer_storage<T, Allocator> storage_;
 };
 
-template <kv_element T, class Allocator>
+template <kv_format T, class Allocator>
 class contiguous_cache<T, Allocator>::block_split {
  public:
   using value_type = T;
@@ -132,7 +132,7 @@ class contiguous_cache<T, Allocator>::block_split {
   [[nodiscard]] std::size_t tile_count() const noexcept {
     return (length_ + block_size_ - 1) / block_size_;
   }
-  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
+  [[nodiscard]] format_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
     const std::size_t first = i * block_size_;
     return cache_->range_tile(layer, first, std::min(block_size_, length_ - first));
   }

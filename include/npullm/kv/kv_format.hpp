@@ -8,6 +8,9 @@
 //                              x = d (q - 8) (d = the signed value of largest magnitude / -8):
 //                              llama.cpp's block_q4_0, byte for byte
 //
+//   kv::mixed<K, V>            keys in format K, values in V (any two of the above): a cache
+//                              lays out each part in its own units
+//
 // The quantized formats group 32 consecutive elements of one head's row (along head_dim), so a
 // token's K or V is quantized when it is written, alone: a scale per token and head would let
 // one outlier channel (keys have them) flatten the whole row, a scale per channel (KIVI) would
@@ -26,6 +29,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "npullm/core/dtype.hpp"
@@ -51,6 +55,41 @@ concept quantized_kv_element = std::same_as<T, q8_0> || std::same_as<T, q4_0>;
 template <class T>
 concept kv_element = storage_type<T> || quantized_kv_element<T>;
 
+// K and V in different formats (e.g. mixed<q8_0, q4_0>: keys at 8 bits, values at 4): a
+// cache's format is either one kv_element for both or a mixed pair. Scores read K, P V reads
+// V, so each part keeps its own units and its own kernels.
+template <kv_element K, kv_element V>
+struct mixed {
+  using key_type = K;
+  using value_type = V;
+};
+
+namespace detail {
+template <class F>
+struct format_parts {
+  using key_type = F;
+  using value_type = F;
+};
+template <class K, class V>
+struct format_parts<mixed<K, V>> {
+  using key_type = K;
+  using value_type = V;
+};
+template <class F>
+inline constexpr bool is_mixed = false;
+template <class K, class V>
+inline constexpr bool is_mixed<mixed<K, V>> = true;
+}  // namespace detail
+
+// What a KV cache or pipeline policy may name: one element format, or mixed<K, V>.
+template <class F>
+concept kv_format = kv_element<F> || detail::is_mixed<F>;
+
+template <kv_format F>
+using key_format_t = typename detail::format_parts<F>::key_type;
+template <kv_format F>
+using value_format_t = typename detail::format_parts<F>::value_type;
+
 // Elements per storage unit.
 template <kv_element T>
 inline constexpr std::size_t unit_elements = quantized_kv_element<T> ? 32 : 1;
@@ -63,6 +102,17 @@ constexpr std::string_view kv_element_name() noexcept {
     return "q4_0";
   } else {
     return to_string(dtype_of<T>);
+  }
+}
+
+// "q8_0", or "k q8_0 / v q4_0" for a mixed format.
+template <kv_format F>
+std::string kv_format_name() {
+  if constexpr (kv_element<F>) {
+    return std::string(kv_element_name<F>());
+  } else {
+    return "k " + std::string(kv_element_name<key_format_t<F>>()) + " / v " +
+           std::string(kv_element_name<value_format_t<F>>());
   }
 }
 
@@ -79,6 +129,12 @@ std::size_t kv_units(std::size_t head_dim, const char* who) {
           unit_elements<T>, ", the ", kv_element_name<T>(), " KV format's group");
   }
   return head_dim / unit_elements<T>;
+}
+// The same check for both parts of a format.
+template <kv_format F>
+void check_head_dim(std::size_t head_dim, const char* who) {
+  kv_units<key_format_t<F>>(head_dim, who);
+  if constexpr (!kv_element<F>) kv_units<value_format_t<F>>(head_dim, who);
 }
 
 namespace detail {

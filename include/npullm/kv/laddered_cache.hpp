@@ -31,7 +31,7 @@ inline std::vector<std::size_t> doubling_capacities(std::size_t base, std::size_
   return out;
 }
 
-template <kv_element T, class Allocator = aligned_allocator<T>>
+template <kv_format T, class Allocator = aligned_allocator<storage_unit_t<T>>>
 class laddered_cache {
  public:
   using value_type = T;
@@ -80,20 +80,23 @@ class laddered_cache {
     const std::size_t len = old.length();
     bigger.append(len);
     for (std::size_t layer = 0; layer < shape_.layers; ++layer) {
-      for (kv_part part : {kv_part::k, kv_part::v}) {
-        const auto src = old.range_tile(layer, 0, len);
-        const auto& view = part == kv_part::k ? src.k : src.v;  // (heads, len, D)
-        auto dst = bigger.buffer(layer, part);                  // (heads, capacity, D)
-        for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
-          if (len != 0) {
-            std::memcpy(&dst(h, 0, 0), &view(h, 0, 0), len * view.extent(2) * sizeof(T));
-          }
-        }
-      }
+      const auto src = old.range_tile(layer, 0, len);  // (heads, len, D | units)
+      copy_rows(src.k, bigger.buffer(layer, k_part), len);
+      copy_rows(src.v, bigger.buffer(layer, v_part), len);
     }
     cache_.clear();
     cache_.push_back(std::move(bigger));
     rung_ = rung;
+  }
+
+  // The first len tokens of every head: (heads, len, units) into (heads, capacity, units).
+  template <class Src, class Dst>
+  void copy_rows(const Src& src, const Dst& dst, std::size_t len) const noexcept {
+    if (len == 0) return;
+    for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
+      std::memcpy(&dst(h, 0, 0), &src(h, 0, 0),
+                  len * src.extent(2) * sizeof(typename Src::element_type));
+    }
   }
 
   kv_shape shape_;

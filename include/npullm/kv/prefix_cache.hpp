@@ -51,7 +51,8 @@ struct chained_block_hash {
   }
 };
 
-template <kv_element T, class Allocator = aligned_allocator<T>, class Hash = chained_block_hash>
+template <kv_format T, class Allocator = aligned_allocator<storage_unit_t<T>>,
+          class Hash = chained_block_hash>
 class prefix_cache {
  public:
   using pool_type = block_pool<T, Allocator>;

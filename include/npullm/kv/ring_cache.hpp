@@ -37,22 +37,26 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/kv/kv_tile.hpp"
+#include "npullm/kv/layer_storage.hpp"
 
 namespace npullm::kv {
 
 // At most two tiles of a ring: positions [b, wrap) then [wrap, e).
 template <class T>
 struct ring_tiles {
-  std::array<kv_tile<T>, 2> tiles{};
+  std::array<format_tile<T>, 2> tiles{};
   std::size_t count = 0;
 
-  [[nodiscard]] std::span<const kv_tile<T>> span() const noexcept { return {tiles.data(), count}; }
+  [[nodiscard]] std::span<const format_tile<T>> span() const noexcept {
+    return {tiles.data(), count};
+  }
 };
 
-template <kv_element T, class Allocator = aligned_allocator<T>>
+template <kv_format T, class Allocator = aligned_allocator<storage_unit_t<T>>>
 class ring_cache {
  public:
-  using value_type = T;
+  using value_type = T;  // the format: one element type, or kv::mixed<K, V>
+  using storage_unit = storage_unit_t<T>;
   // Tiles start on multiples of this many positions (flash's sub-tile: see the top).
   static constexpr std::size_t alignment = 16;
 
@@ -67,9 +71,7 @@ class ring_cache {
         window_(window),
         max_step_(max_step),
         capacity_(capacity_for(window, max_step)),
-        storage_({shape.layers * 2, shape.kv_heads,
-                  capacity_ * kv_units<T>(shape.head_dim, "ring_cache")},
-                 alloc) {}
+        storage_(shape_, capacity_, alloc, "ring_cache") {}
 
   // Reserves n more positions (n <= max_step); returns the first. The oldest positions are
   // overwritten as the slots wrap. Throws capacity_exhausted for a step larger than max_step
@@ -103,18 +105,33 @@ class ring_cache {
   }
   void reset() noexcept { length_ = first_ = 0; }
 
-  // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim), slot p % capacity.
-  [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer, kv_part part) noexcept {
-    return make_kv_view(data(layer, part), shape_.kv_heads, capacity_, units(),
-                        capacity_ * units());
+  // The whole buffer of one layer, K or V: (kv_heads, capacity, head_dim | units), slot
+  // p % capacity. The part as a tag (kv::k_part, kv::v_part) gives a view of that part's
+  // format; as a kv_part value, for a cache of one format.
+  template <kv_part P>
+  [[nodiscard]] strided_view<part_format_t<T, P>, 3> buffer(std::size_t layer,
+                                                            part_tag<P>) noexcept {
+    return storage_.template buffer<P>(layer);
+  }
+  [[nodiscard]] strided_view<T, 3> buffer(std::size_t layer, kv_part part) noexcept
+    requires kv_element<T>
+  {
+    return part == kv_part::k ? buffer(layer, k_part) : buffer(layer, v_part);
   }
   // Where token `pos` (first_position() <= pos < length()) keeps its K or V: (kv_heads, head_dim).
-  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part) {
+  template <kv_part P>
+  [[nodiscard]] strided_view<part_format_t<T, P>, 2> token_kv(std::size_t pos, std::size_t layer,
+                                                              part_tag<P> part) {
     if (pos >= length_ || pos < first_) {
       raise(error_code::out_of_range, "ring_cache: token ", pos, " out of range: the ring holds [",
             first_, ", ", length_, ")");
     }
     return subview(buffer(layer, part), all, pos % capacity_, all);
+  }
+  [[nodiscard]] strided_view<T, 2> token_kv(std::size_t pos, std::size_t layer, kv_part part)
+    requires kv_element<T>
+  {
+    return part == kv_part::k ? token_kv(pos, layer, k_part) : token_kv(pos, layer, v_part);
   }
 
   // Positions [begin, end) of one layer (first_position() <= begin <= end <= length()) as at
@@ -148,15 +165,16 @@ class ring_cache {
     if (length_ == first_) return 0;
     return first_ / capacity_ == (length_ - 1) / capacity_ ? 1 : 2;
   }
-  [[nodiscard]] kv_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
+  [[nodiscard]] format_tile<T> tile(std::size_t layer, std::size_t i) const noexcept {
     const std::size_t wrap = (first_ / capacity_ + 1) * capacity_;  // first position in slot 0
     const std::size_t begin = i == 0 ? first_ : wrap;
     const std::size_t end = i == 0 ? std::min(length_, wrap) : length_;
     return slot_tile(layer, begin % capacity_, end - begin, begin);
   }
 
-  // The storage as one buffer: (layers * 2, kv_heads, capacity * head_dim).
-  [[nodiscard]] const T* data() const noexcept { return storage_.data(); }
+  // The storage as one buffer: (layers * 2, kv_heads, capacity * units), bytes in that order
+  // for a mixed format (layer_storage.hpp).
+  [[nodiscard]] const storage_unit* data() const noexcept { return storage_.data(); }
   [[nodiscard]] std::size_t storage_bytes() const noexcept { return storage_.size_bytes(); }
 
  private:
@@ -168,25 +186,12 @@ class ring_cache {
     }
     return shape;
   }
-  std::size_t units() const noexcept { return shape_.units<T>(); }
   static constexpr std::size_t round_up(std::size_t n) noexcept {
     return (n + alignment - 1) / alignment * alignment;
   }
-  kv_tile<T> slot_tile(std::size_t layer, std::size_t slot, std::size_t len,
-                       std::size_t position) const noexcept {
-    const std::size_t head_stride = capacity_ * units();
-    const std::size_t offset = slot * units();
-    return {make_kv_view<const T>(data(layer, kv_part::k) + offset, shape_.kv_heads, len,
-                                  units(), head_stride),
-            make_kv_view<const T>(data(layer, kv_part::v) + offset, shape_.kv_heads, len,
-                                  units(), head_stride),
-            position};
-  }
-  T* data(std::size_t layer, kv_part part) noexcept {
-    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
-  }
-  const T* data(std::size_t layer, kv_part part) const noexcept {
-    return storage_.data() + layer_part_offset(shape_, units(), capacity_, layer, part);
+  format_tile<T> slot_tile(std::size_t layer, std::size_t slot, std::size_t len,
+                           std::size_t position) const noexcept {
+    return storage_.tile(layer, slot, len, position);
   }
 
   kv_shape shape_;
@@ -195,7 +200,7 @@ class ring_cache {
   std::size_t capacity_;
   std::size_t length_ = 0;
   std::size_t first_ = 0;            // first position held (a multiple of alignment)
-  tensor<T, 3, Allocator> storage_;  // (layers * 2, kv_heads, capacity * head_dim)
+  layer_storage<T, Allocator> storage_;
 };
 
 static_assert(kv_source<ring_cache<float>>);

@@ -83,7 +83,8 @@ class causal_lm {
   using backend_type = typename Config::backend_type;
   // Storage the backend's device can read: KV (pool or cache), activations, weights on a
   // device_memory backend.
-  using kv_allocator = typename backend_type::template allocator_type<KvT>;
+  using kv_allocator = typename backend_type::template allocator_type<kv::storage_unit_t<KvT>>;
+  using kv_tile_type = kv::format_tile<KvT>;
   using table_type = kv::block_table<KvT, kv_allocator>;
   using pool_type = kv::block_pool<KvT, kv_allocator>;
   template <class T, std::size_t Rank>
@@ -365,7 +366,8 @@ class causal_lm {
   }
   // The KV of the single-sequence API (contiguous layout): for inspection and tests.
   // (A pipeline whose every layer is windowed keeps a ring instead: ring_kv_cache().)
-  [[nodiscard]] const kv::contiguous_cache<KvT>& kv_cache() const requires(!blocks) {
+  [[nodiscard]] const kv::contiguous_cache<KvT, kv_allocator>& kv_cache() const
+      requires(!blocks) {
     if (!cache_) {
       raise(error_code::unsupported, "causal_lm: kv_cache(): every layer is windowed, the KV is a ",
             "ring of ", ring_->capacity(), " positions (ring_kv_cache())");
@@ -392,6 +394,9 @@ class causal_lm {
   static constexpr std::size_t all_layers = std::numeric_limits<std::size_t>::max();
 
  private:
+  // Where the KV lives: the backend's memory, in the storage units of the KV format.
+  kv_allocator kv_alloc() const { return backend_.template allocator<kv::storage_unit_t<KvT>>(); }
+
   // Where a step's n tokens sit in its S static rows: token t in row first + t.
   struct slots {
     std::size_t rows;   // S
@@ -576,20 +581,20 @@ class causal_lm {
       constexpr std::size_t bs = kv_policy::block_size;
       const std::size_t tokens =
           options_.kv_capacity != 0 ? options_.kv_capacity : options_.max_sequence;
-      pool_.emplace(shape, bs, (tokens + bs - 1) / bs, backend_.template allocator<KvT>());
+      pool_.emplace(shape, bs, (tokens + bs - 1) / bs, kv_alloc());
       table_.emplace(*pool_);
     } else if constexpr (pyramid) {
       // Variants of past i * q up to the largest past that holds max_sequence.
       constexpr std::size_t q = attention_policy::chunk;
       plan_.emplace(q, ((options_.max_sequence + q - 1) / q + 1) * q);
-      cache_.emplace(shape, plan_->max_past(), backend_.template allocator<KvT>());
+      cache_.emplace(shape, plan_->max_past(), kv_alloc());
     } else if (const std::size_t w = every_layer_window();
                w != 0 && ring_type::capacity_for(w, max_step_rows()) < options_.max_sequence) {
       // Every layer is windowed: keep only what the windows still see (memory flat in the
       // sequence length; the positions stay absolute).
-      ring_.emplace(shape, w, max_step_rows(), backend_.template allocator<KvT>());
+      ring_.emplace(shape, w, max_step_rows(), kv_alloc());
     } else {
-      cache_.emplace(shape, options_.max_sequence, backend_.template allocator<KvT>());
+      cache_.emplace(shape, options_.max_sequence, kv_alloc());
     }
   }
 
@@ -831,9 +836,9 @@ class causal_lm {
   }
 
   // Tokens [0, past) of one layer as tiles of the cache: what a step attends to before its own.
-  std::vector<kv::kv_tile<KvT>> past_tiles(std::size_t layer, std::size_t past,
-                                           const table_type* seq = nullptr) const {
-    std::vector<kv::kv_tile<KvT>> tiles;
+  std::vector<kv_tile_type> past_tiles(std::size_t layer, std::size_t past,
+                                       const table_type* seq = nullptr) const {
+    std::vector<kv_tile_type> tiles;
     if (past == 0) return tiles;
     if constexpr (blocks) {
       const auto& table = seq ? *seq : *table_;
@@ -858,8 +863,8 @@ class causal_lm {
     // values, test_kv_quant's RoundTripStoresTheSameValues.)
     const std::size_t D = kh.extent(2);
     for (std::size_t t = 0; t < n; ++t) {
-      auto ks = source.token_kv(past + t, layer, kv::kv_part::k);  // (kv_heads, units)
-      auto vs = source.token_kv(past + t, layer, kv::kv_part::v);
+      auto ks = source.token_kv(past + t, layer, kv::k_part);  // (kv_heads, units)
+      auto vs = source.token_kv(past + t, layer, kv::v_part);
       for (std::size_t hh = 0; hh < kh.extent(0); ++hh) {
         kv::quantize_row(&kh(hh, first + t, 0), D, &ks(hh, 0));
         kv::quantize_row(&vh(hh, first + t, 0), D, &vs(hh, 0));
@@ -884,14 +889,14 @@ class causal_lm {
       if (!st.packed.empty()) {
         if (g.table == nullptr) {  // an independent sequence: its own K/V only, causal
           const kv::kv_tile<float> present{kh, vh, 0};
-          attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(), &present,
+          attention::flash_attention<tiles>(io, std::span<const kv_tile_type>(), &present,
                                             layer_mask(c.layer, 0), policy);
           return;
         }
         if constexpr (blocks) {  // one of several sequences: its own blocks, then its K/V join them
           const kv::kv_tile<float> present{kh, vh, g.past};
           const auto past = past_tiles(c.layer, g.past, g.table);
-          attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
+          attention::flash_attention<tiles>(io, std::span<const kv_tile_type>(past), &present,
                                             layer_mask(c.layer, g.past), policy);
           write_kv(*g.table, c.layer, g.past, kh, vh, 0, g.rows);
         }
@@ -900,17 +905,17 @@ class causal_lm {
       const kv::kv_tile<float> present{kh, vh, st.past};
       const auto past = past_tiles(c.layer, st.past);
       if constexpr (pyramid) {
-        const kv::kv_tile<KvT> ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
-        attention::pyramid_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(&ptile, 1),
+        const kv_tile_type ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
+        attention::pyramid_attention<tiles>(io, std::span<const kv_tile_type>(&ptile, 1),
                                             present, *st.pyramid_step, policy);
       } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
         attention::flash_attention<tiles>(
-            io, std::span<const kv::kv_tile<KvT>>(past), &present,
+            io, std::span<const kv_tile_type>(past), &present,
             attention::all_of<attention::sliding_window, attention::padding>{
                 layer_mask(c.layer, st.past), attention::padding::left(st.s.first, S)},
             policy);
       } else {
-        attention::flash_attention<tiles>(io, std::span<const kv::kv_tile<KvT>>(past), &present,
+        attention::flash_attention<tiles>(io, std::span<const kv_tile_type>(past), &present,
                                           layer_mask(c.layer, st.past), policy);
       }
       // The step's real K/V join the cache.

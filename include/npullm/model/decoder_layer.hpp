@@ -13,10 +13,11 @@
 //
 // The rows form one segment unless the step packs independent sequences. q is handed over
 // head-major (heads, rows, head_dim); the segment's own K/V (kv_heads, rows, head_dim) are
-// rounded to KvT, the KV cache's element format (quantized formats: quantized and dequantized
-// per 32-element group, kv::round_trip), so the rows of one step see what a later step reads
-// back from the cache. Attention (which KV, which mask) and the KV write-back are the
-// caller's: a layer kind with another attention (sliding window, ...) is another attend.
+// rounded to KvT, the KV cache's format (K and V each to its part's format; quantized formats:
+// quantized and dequantized per 32-element group, kv::round_trip), so the rows of one step see
+// what a later step reads back from the cache. Attention (which KV, which mask) and the KV
+// write-back are the caller's: a layer kind with another attention (sliding window, ...) is
+// another attend.
 #pragma once
 
 #include <algorithm>
@@ -50,7 +51,7 @@ concept row_segment = requires(const S& s) {
 
 // attend(const Segment&, const attention::attention_io&, dense_view<float, 3> kh,
 //        dense_view<float, 3> vh)
-template <kv::kv_element KvT, storage_type W, class Backend, row_segment Segment, class Attend>
+template <kv::kv_format KvT, storage_type W, class Backend, row_segment Segment, class Attend>
 void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const model_config& cfg,
                    const ops::rope_table& rope, std::span<const std::int64_t> positions,
                    std::size_t S, std::span<const Segment> segments, const pool_policy& policy,
@@ -96,8 +97,8 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
         // decoding exactly.
         std::copy_n(&k(g.begin + r, hh * D), D, &kh(hh, r, 0));
         std::copy_n(&v(g.begin + r, hh * D), D, &vh(hh, r, 0));
-        kv::round_trip<KvT>(&kh(hh, r, 0), D);
-        kv::round_trip<KvT>(&vh(hh, r, 0), D);
+        kv::round_trip<kv::key_format_t<KvT>>(&kh(hh, r, 0), D);
+        kv::round_trip<kv::value_format_t<KvT>>(&vh(hh, r, 0), D);
       }
     }
     attention::attention_io io{qh, att, {}, scale};

@@ -20,13 +20,14 @@
 namespace npullm::model {
 
 // KV in one static-capacity contiguous cache of element format T: float, float16, bfloat16, or
-// a quantized KV format, kv::q8_0 or kv::q4_0 (kv/kv_format.hpp: head_dim a multiple of 32).
-template <kv::kv_element T>
+// a quantized KV format, kv::q8_0 or kv::q4_0 (kv/kv_format.hpp: head_dim a multiple of 32),
+// or K and V in two of these, kv::mixed<K, V> (e.g. kv::mixed<kv::q8_0, kv::q4_0>).
+template <kv::kv_format T>
 struct contiguous_kv {
   using value_type = T;
 };
 // KV in blocks of BlockSize tokens from a block pool, element format T (as above).
-template <kv::kv_element T, std::size_t BlockSize>
+template <kv::kv_format T, std::size_t BlockSize>
 struct block_kv {
   static_assert(BlockSize > 0);
   using value_type = T;
@@ -49,7 +50,7 @@ struct pyramid_attention_policy {
 // What each parameter of pipeline_config must be. A wrong one fails with the sentence below,
 // not inside the pipeline.
 template <class K>
-concept kv_policy = requires { typename K::value_type; } && kv::kv_element<typename K::value_type>;
+concept kv_policy = requires { typename K::value_type; } && kv::kv_format<typename K::value_type>;
 template <class K>
 concept block_kv_policy = kv_policy<K> && requires {
   { K::block_size } -> std::convertible_to<std::size_t>;
@@ -65,7 +66,8 @@ template <class Kv, class Attention, class Weights, class Backend = npu::host_ba
 struct pipeline_config {
   static_assert(kv_policy<Kv>,
                 "pipeline_config: Kv must be model::contiguous_kv<T> or model::block_kv<T, "
-                "BlockSize> with T float, float16, bfloat16, kv::q8_0 or kv::q4_0");
+                "BlockSize> with T float, float16, bfloat16, kv::q8_0, kv::q4_0 or "
+                "kv::mixed<K, V> of two of them");
   static_assert(attention_policy<Attention>,
                 "pipeline_config: Attention must be model::dynamic_attention<Tiles> or "
                 "model::pyramid_attention_policy<Chunk, Tiles>");
