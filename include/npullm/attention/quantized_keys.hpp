@@ -13,7 +13,8 @@
 // Per 16-key sub-tile, the keys' codes are transposed once (transpose_keys) into 8 vectors per
 // unit, vector t holding elements 4t..4t+3 of each of the 16 keys in its 32-bit lane j (q4_0:
 // nibbles unpacked), so that one instruction (AVX-512 VNNI / AVX-VNNI vpdpbusd; AVX2 vpmaddubsw
-// + vpmaddwd; portable: a scalar loop) adds 4 elements' products for 16 (AVX-512) or 8 (AVX2)
+// + vpmaddwd; portable: SSE2 pmaddwd on bytes widened to i16 where the target has SSE2, as
+// baseline x86-64 does, else a scalar loop) adds 4 elements' products for 16 (AVX-512) or 8 (AVX2)
 // keys against a broadcast 4 bytes of the query; every row of the GQA group reuses them.
 // vpdpbusd multiplies unsigned by signed bytes: q8_0 keys are stored with their sign bit flipped
 // (kq + 128) and the row's accumulators start at -128 sum(qq); q4_0's codes are unsigned (kq + 8,
@@ -40,6 +41,8 @@
 
 #if defined(NPULLM_ISA_AVX512) || defined(NPULLM_ISA_AVX2)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 namespace npullm::attention {
@@ -334,7 +337,48 @@ inline void transpose_q4(const char* base, std::size_t stride, std::int32_t* out
   }
 }
 
-#else  // portable: plain integers
+#elif defined(__SSE2__)  // portable on x86-64's baseline: SSE2 (no pmaddubsw before SSSE3)
+
+struct i32x16 {
+  __m128i v[4];  // lanes 4i..4i+3
+};
+inline i32x16 ik_set1(std::int32_t x) noexcept {
+  const __m128i a = _mm_set1_epi32(x);
+  return {{a, a, a, a}};
+}
+inline i32x16 ik_load(const std::int32_t* p) noexcept {
+  i32x16 r;
+  for (std::size_t i = 0; i < 4; ++i)
+    r.v[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4 * i));
+  return r;
+}
+inline simd::f32x16 ik_to_f32(i32x16 a) noexcept {
+  alignas(64) float f[simd::lanes];
+  for (std::size_t i = 0; i < 4; ++i) _mm_store_ps(f + 4 * i, _mm_cvtepi32_ps(a.v[i]));
+  return simd::load(f);
+}
+// Lane j's 4 bytes (signed codes for q8_0, unsigned for q4_0) widened to i16, times the query's
+// 4 bytes (also widened) by pmaddwd: two pair sums per lane, added after a shuffle. Exact, so
+// the same sums as the scalar loop below.
+template <bool Signed>
+inline i32x16 ik_dot(i32x16 acc, i32x16 k, std::int32_t q4) noexcept {
+  const __m128i zero = _mm_setzero_si128();
+  __m128i q = _mm_cvtsi32_si128(q4);
+  q = _mm_unpacklo_epi8(q, _mm_cmpgt_epi8(zero, q));  // 4 x i16
+  q = _mm_unpacklo_epi64(q, q);                       // q0..q3 q0..q3
+  for (std::size_t i = 0; i < 4; ++i) {
+    const __m128i kb = k.v[i];
+    const __m128i sign = Signed ? _mm_cmpgt_epi8(zero, kb) : zero;
+    const __m128 lo = _mm_castsi128_ps(_mm_madd_epi16(_mm_unpacklo_epi8(kb, sign), q));
+    const __m128 hi = _mm_castsi128_ps(_mm_madd_epi16(_mm_unpackhi_epi8(kb, sign), q));
+    const __m128i even = _mm_castps_si128(_mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m128i odd = _mm_castps_si128(_mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    acc.v[i] = _mm_add_epi32(acc.v[i], _mm_add_epi32(even, odd));
+  }
+  return acc;
+}
+
+#else  // portable without SSE2: plain integers
 
 struct i32x16 {
   std::int32_t v[simd::lanes];
@@ -369,6 +413,10 @@ inline i32x16 ik_dot(i32x16 acc, i32x16 k, std::int32_t q4) noexcept {
   }
   return acc;
 }
+
+#endif
+
+#if !defined(NPULLM_QK_AVX512) && !defined(NPULLM_QK_AVX2)  // portable transposes
 
 inline void transpose_q8(const char* base, std::size_t stride, std::int32_t* out) noexcept {
   for (std::size_t j = 0; j < simd::lanes; ++j)
