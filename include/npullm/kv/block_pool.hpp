@@ -135,9 +135,15 @@ class block_pool {
   // for a pool of one format.
   template <kv_part P>
   [[nodiscard]] dense_view<part_format_t<T, P>, 3> block(block_id b, std::size_t layer,
-                                                         part_tag<P>) const noexcept {
+                                                         part_tag<P>) noexcept {
     return dense_view<part_format_t<T, P>, 3>(block_data<P>(b, layer), shape_.kv_heads, block_size_,
                                               shape_.units<part_format_t<T, P>>());
+  }
+  template <kv_part P>
+  [[nodiscard]] dense_view<const part_format_t<T, P>, 3> block(block_id b, std::size_t layer,
+                                                               part_tag<P>) const noexcept {
+    return dense_view<const part_format_t<T, P>, 3>(
+        block_data<P>(b, layer), shape_.kv_heads, block_size_, shape_.units<part_format_t<T, P>>());
   }
   [[nodiscard]] dense_view<T, 3> block(block_id b, std::size_t layer,
                                        kv_part part) noexcept requires kv_element<T> {
@@ -216,9 +222,13 @@ class block_pool {
   }
 
   template <kv_part P>
-  part_format_t<T, P>* block_data(block_id b, std::size_t layer) const noexcept {
+  part_format_t<T, P>* block_data(block_id b, std::size_t layer) noexcept {
     return storage_.template data<P>(layer) +
            b * shape_.kv_heads * block_size_ * shape_.units<part_format_t<T, P>>();
+  }
+  template <kv_part P>
+  const part_format_t<T, P>* block_data(block_id b, std::size_t layer) const noexcept {
+    return const_cast<block_pool*>(this)->block_data<P>(b, layer);
   }
   template <kv_part P>
   void copy_part(block_id src, block_id dst, std::size_t layer, std::size_t tokens) noexcept {

@@ -71,14 +71,9 @@ constexpr std::size_t row_bytes(const kv_shape& s) noexcept {
   using T = part_format_t<F, P>;
   return s.units<T>() * sizeof(T);
 }
-template <kv_format F>
-constexpr std::size_t row_bytes(const kv_shape& s, kv_part p) noexcept {
-  return p == kv_part::k ? row_bytes<F, kv_part::k>(s) : row_bytes<F, kv_part::v>(s);
-}
-
 // Where (layer, part)'s [kv_heads, rows, units] block starts, in bytes, in a cache laid out
 // [layers][K|V][kv_heads, rows, units] (contiguous_cache, ring_cache; a block pool has
-// rows = num_blocks * block_size): for one format, layer_part_offset's units times their size.
+// rows = num_blocks * block_size).
 template <kv_format F>
 constexpr std::size_t layer_part_bytes(const kv_shape& s, std::size_t rows, std::size_t layer,
                                        kv_part part) noexcept {
@@ -90,14 +85,6 @@ constexpr std::size_t layer_part_bytes(const kv_shape& s, std::size_t rows, std:
 template <kv_format F>
 constexpr std::size_t cache_bytes(const kv_shape& s, std::size_t rows) noexcept {
   return layer_part_bytes<F>(s, rows, s.layers, kv_part::k);
-}
-
-// Where (layer, part)'s [kv_heads, capacity, units] block starts in a cache laid out
-// [layers][K|V][kv_heads, capacity, units] (contiguous_cache, ring_cache), in storage units
-// (units: head_dim / unit_elements of the cache's format, kv_format.hpp).
-constexpr std::size_t layer_part_offset(const kv_shape& s, std::size_t units, std::size_t capacity,
-                                        std::size_t layer, kv_part part) noexcept {
-  return (layer * 2 + static_cast<std::size_t>(part)) * s.kv_heads * capacity * units;
 }
 
 // A quantized format's tile holds units: (kv_heads, length, head_dim / unit_elements<T>).

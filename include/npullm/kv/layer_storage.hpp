@@ -25,13 +25,16 @@ class layer_storage {
 
   // Part P of one layer: (kv_heads, rows, units of P's format), heads rows * units apart.
   template <kv_part P>
-  [[nodiscard]] part_format_t<F, P>* data(std::size_t layer) const noexcept {
-    auto* base = reinterpret_cast<std::byte*>(const_cast<storage_unit*>(storage_.data()));
-    return reinterpret_cast<part_format_t<F, P>*>(base +
+  [[nodiscard]] part_format_t<F, P>* data(std::size_t layer) noexcept {
+    return reinterpret_cast<part_format_t<F, P>*>(reinterpret_cast<std::byte*>(storage_.data()) +
                                                   layer_part_bytes<F>(shape_, rows_, layer, P));
   }
   template <kv_part P>
-  [[nodiscard]] strided_view<part_format_t<F, P>, 3> buffer(std::size_t layer) const noexcept {
+  [[nodiscard]] const part_format_t<F, P>* data(std::size_t layer) const noexcept {
+    return const_cast<layer_storage*>(this)->data<P>(layer);
+  }
+  template <kv_part P>
+  [[nodiscard]] strided_view<part_format_t<F, P>, 3> buffer(std::size_t layer) noexcept {
     const std::size_t u = shape_.units<part_format_t<F, P>>();
     return make_kv_view(data<P>(layer), shape_.kv_heads, rows_, u, rows_ * u);
   }
