@@ -1,8 +1,10 @@
 // The sampler's chain on hand-made rows (no model): penalties and min-p against hand-computed
 // rows, chi-squared tests of the drawn distribution for every control (each also shown to
 // differ from the uncontrolled distribution, so the test can fail), logit bias bans, the
-// processor hook with its context, log-probabilities against a long-double softmax, stop
-// strings across token boundaries, and bad settings refused with the stream unchanged.
+// processor hook with its context, the order of temperature and top-p / min-p (llama.cpp's and
+// the former one), NaN / +inf / all -inf rows refused on every path that chooses a token,
+// log-probabilities against a long-double softmax, stop strings across token boundaries, and bad
+// settings refused with the stream unchanged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "npullm/batch/sampler.hpp"
+#include "npullm/batch/speculative.hpp"
 #include "npullm/batch/stop_strings.hpp"
 #include "support.hpp"
 
@@ -143,13 +146,21 @@ TEST(SamplerMinP, KeepsTokensWithinAFractionOfTheMostLikely) {
   EXPECT_NEAR(p2[0], 0.4 / 0.7, 1e-6);
   EXPECT_NEAR(p2[1], 0.3 / 0.7, 1e-6);
   EXPECT_EQ(p2[2], 0.0);
-  // At temperature 2 the ratios are square roots: sqrt(0.06 / 0.4) = 0.387 and
-  // sqrt(0.04 / 0.4) = 0.316, so min_p 0.35 keeps four tokens, with weights sqrt(q).
+  // At temperature 2, llama.cpp's order cuts at temperature 1 (ratios 0.15 and 0.1 < 0.35:
+  // three tokens), then draws with weights sqrt(q); temperature first, the ratios are square
+  // roots, sqrt(0.06 / 0.4) = 0.387 and sqrt(0.04 / 0.4) = 0.316, so four tokens stay.
   const auto p3 = sampler({.temperature = 2.0f, .min_p = 0.35f}, 0).distribution(row);
   const double w[] = {std::sqrt(0.4), std::sqrt(0.3), std::sqrt(0.2), std::sqrt(0.06)};
-  const double sw = w[0] + w[1] + w[2] + w[3];
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(p3[i], w[i] / sw, 1e-6) << i;
+  const double sw3 = w[0] + w[1] + w[2];
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(p3[i], w[i] / sw3, 1e-6) << i;
+  EXPECT_EQ(p3[3], 0.0);
   EXPECT_EQ(p3[4], 0.0);
+  const auto p4 =
+      sampler({.temperature = 2.0f, .min_p = 0.35f, .order = sampling_order::temperature_first}, 0)
+          .distribution(row);
+  const double sw4 = sw3 + w[3];
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(p4[i], w[i] / sw4, 1e-6) << i;
+  EXPECT_EQ(p4[4], 0.0);
   // min_p 1 keeps only the most likely; min_p 0 keeps everything.
   EXPECT_EQ(sampler({.temperature = 1.0f, .min_p = 1.0f}, 0).distribution(row)[0], 1.0);
   EXPECT_GT(sampler({.temperature = 1.0f, .min_p = 0.0f}, 0).distribution(row)[4], 0.03);
@@ -159,6 +170,49 @@ TEST(SamplerMinP, DrawsFollowTheTruncatedSoftmax) {
   const auto row = five();
   sampler s({.temperature = 1.0f, .min_p = 0.25f}, 12);
   expect_follows(s, row, {}, {0.4 / 0.9, 0.3 / 0.9, 0.2 / 0.9, 0.0, 0.0}, softmax(row));
+}
+
+// ---- the order of temperature and the cuts (llama.cpp's: temperature last) -------------------
+
+// At T = 0.5 the weights are q^2: 0.16, 0.09, 0.04, 0.0036, 0.0016 (sum 0.2952), so the
+// sharpened probabilities are 0.542, 0.305, 0.136, ... With top_p 0.8, llama.cpp's order cuts
+// softmax(row) (0.4 + 0.3 < 0.8 <= 0.4 + 0.3 + 0.2: three tokens) and then draws those three
+// with weights q^2; temperature first cuts the sharpened one (0.542 + 0.305 >= 0.8: two).
+TEST(SamplerOrder, TopPCutsBeforeTheTemperatureAsLlamaCpp) {
+  const auto row = five();
+  const sampler_config last{.temperature = 0.5f, .top_p = 0.8f};
+  auto first = last;
+  first.order = sampling_order::temperature_first;
+  const auto pl = sampler(last, 0).distribution(row);
+  const auto pf = sampler(first, 0).distribution(row);
+  const double q2[] = {0.16, 0.09, 0.04};
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(pl[i], q2[i] / 0.29, 1e-6) << i;
+  EXPECT_EQ(pl[3], 0.0);
+  EXPECT_NEAR(pf[0], 0.16 / 0.25, 1e-6);
+  EXPECT_NEAR(pf[1], 0.09 / 0.25, 1e-6);
+  EXPECT_EQ(pf[2], 0.0);  // the token the two orders disagree on
+  // The draws follow each order's distribution, not the other's.
+  sampler sl(last, 16), sf(first, 17);
+  expect_follows(sl, row, {}, pl, pf);
+  expect_follows(sf, row, {}, pf, pl);
+  // At T = 1 the orders are the same chain.
+  auto one_last = last, one_first = first;
+  one_last.temperature = one_first.temperature = 1.0f;
+  EXPECT_EQ(sampler(one_last, 0).distribution(row), sampler(one_first, 0).distribution(row));
+}
+
+// Top-k keeps the k largest logits at any temperature: both orders keep the same tokens.
+TEST(SamplerOrder, TopKIsTheSameInBothOrders) {
+  const auto row = five();
+  for (const float t : {0.3f, 1.0f, 3.0f}) {
+    const sampler_config last{.temperature = t, .top_k = 2};
+    auto first = last;
+    first.order = sampling_order::temperature_first;
+    const auto pl = sampler(last, 0).distribution(row);
+    const auto pf = sampler(first, 0).distribution(row);
+    for (std::size_t i = 0; i < row.size(); ++i) EXPECT_NEAR(pl[i], pf[i], 1e-12) << i;
+    EXPECT_EQ(pl[2], 0.0);
+  }
 }
 
 // ---- logit bias --------------------------------------------------------------------------------
@@ -221,6 +275,104 @@ TEST(SamplerChain, TopKTopPAndTemperatureComposeWithBias) {
   sampler s({.temperature = 0.7f, .top_k = 3, .logit_bias = {{2, -inf}}}, 15);
   std::vector<float> kept = {-inf, 1.0f, -inf, 0.5f, 1.5f};
   expect_follows(s, row, {}, softmax(kept, 0.7), softmax(row, 0.7));
+}
+
+// ---- rows no sampler can draw from -------------------------------------------------------------
+
+constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+
+// Every way npullm chooses a token from a logits row: the sampler (greedy and sampled, with and
+// without the processing steps, which read the row in place or copy it), its argmax and
+// distribution, and speculative decoding's greedy and sampled helpers. Each must refuse `row`
+// with invalid_argument and a message containing `fragment`, and draw nothing.
+void expect_every_path_refuses(const std::vector<float>& row, const std::string& fragment) {
+  const sampler_config plain_greedy{};
+  const sampler_config plain_sampled{.temperature = 0.8f, .top_p = 0.9f};
+  const sampler_config biased_greedy{.logit_bias = {{0, 0.5f}}};
+  const sampler_config penalized_sampled{.temperature = 1.3f, .presence_penalty = 0.5f};
+  for (const sampler_config& cfg :
+       {plain_greedy, plain_sampled, biased_greedy, penalized_sampled}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "temperature " << cfg.temperature << ", processes " << cfg.processes());
+    const std::vector<std::int32_t> context = {1, 0};
+    sampler s(cfg, 31);
+    expect_error([&] { (void)s.sample(row, context); }, error_code::invalid_argument, fragment);
+    expect_error([&] { (void)s.argmax(row, context); }, error_code::invalid_argument, fragment);
+    expect_error([&] { (void)s.distribution(row, context); }, error_code::invalid_argument,
+                 fragment);
+    expect_error([&] { (void)s.process(row, context); }, error_code::invalid_argument, fragment);
+    draft_proposal d;
+    expect_error([&] { (void)draw_into(d, row, &s, context); }, error_code::invalid_argument,
+                 fragment);
+    EXPECT_TRUE(d.tokens.empty() && d.q.empty());
+    // The target rejects a proposal on the bad row: greedy through the chain, or sampled.
+    const draft_proposal one{.tokens = {0}, .q = {}};
+    expect_error([&] { (void)verify_round([&](std::size_t) { return std::span(row); }, one, &s); },
+                 error_code::invalid_argument, fragment);
+    sampler fresh(cfg, 31);  // nothing was drawn
+    EXPECT_EQ(s.uniform(), fresh.uniform());
+  }
+  // No sampler: greedy decoding's own argmax, for the draft and the target.
+  expect_error([&] { (void)greedy_token(row); }, error_code::invalid_argument, fragment);
+  draft_proposal d;
+  expect_error([&] { (void)draw_into(d, row, nullptr); }, error_code::invalid_argument, fragment);
+  const draft_proposal one{.tokens = {0}, .q = {}};
+  expect_error(
+      [&] { (void)verify_round([&](std::size_t) { return std::span(row); }, one, nullptr); },
+      error_code::invalid_argument, fragment);
+}
+
+TEST(SamplerLogits, NanIsRefusedOnEveryPath) {
+  // Before, greedy skipped the NaN (token 1 here) and a draw sorted it (undefined behaviour).
+  expect_every_path_refuses({0.5f, 2.0f, nan, 1.0f}, "logit of token 2 is NaN in a row of 4");
+  expect_every_path_refuses({nan, nan, nan}, "logit of token 0 is NaN in a row of 3");
+}
+
+TEST(SamplerLogits, PlusInfinityIsRefusedOnEveryPath) {
+  expect_every_path_refuses({0.5f, inf, 1.0f}, "logit of token 1 is +inf in a row of 3");
+}
+
+TEST(SamplerLogits, ARowOfMinusInfinityIsRefusedOnEveryPath) {
+  expect_every_path_refuses({-inf, -inf, -inf, -inf},
+                            "every logit of a row of 4 is -inf: no token to choose");
+}
+
+TEST(SamplerLogits, MinusInfinityMasksATokenAndIsNeverChosen) {
+  const std::vector<float> row = {-inf, 0.3f, -inf, 0.1f, 0.2f, -inf};
+  EXPECT_EQ(sampler({}, 0).sample(row), 1);
+  EXPECT_EQ(greedy_token(row), 1);
+  EXPECT_EQ(greedy_token(std::vector<float>{-inf, -inf, 7.0f}), 2);
+  sampler s({.temperature = 2.0f}, 32);
+  std::vector<float> unmasked = {0.0f, 0.3f, 0.0f, 0.1f, 0.2f, 0.0f};
+  expect_follows(s, row, {}, softmax(row, 2.0), softmax(unmasked, 2.0));
+}
+
+TEST(SamplerLogits, AProcessorThatWritesNanIsRefused) {
+  const sampler_config cfg{
+      .temperature = 1.0f,
+      .processor = [](std::span<const std::int32_t>, std::span<float> r) { r[3] = nan; }};
+  sampler s(cfg, 33);
+  expect_error(
+      [&] {
+        (void)s.sample(std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f});
+      },
+      error_code::invalid_argument, "logit of token 3 is NaN after bias, penalties and processor");
+  sampler fresh(cfg, 33);
+  EXPECT_EQ(s.uniform(), fresh.uniform());
+}
+
+TEST(SamplerLogits, ExplicitProbabilitiesMustBeNumbersAtLeastZero) {
+  sampler s({.temperature = 1.0f}, 34);
+  for (const double bad : {static_cast<double>(nan), -0.25, static_cast<double>(inf)}) {
+    const std::vector<double> p = {0.5, bad, 0.5};
+    expect_error([&] { (void)s.sample_from(p); }, error_code::invalid_argument,
+                 "probability of token 1 is ");
+  }
+  expect_error([&] { (void)s.sample_from(std::vector<double>{}); }, error_code::invalid_argument,
+               "no probabilities");
+  sampler fresh({.temperature = 1.0f}, 34);
+  EXPECT_EQ(s.uniform(), fresh.uniform());
+  EXPECT_EQ(s.sample_from(std::vector<double>{0.0, 0.0, 2.0}), 2);
 }
 
 // ---- log-probabilities -------------------------------------------------------------------------

@@ -13,7 +13,7 @@
 // of its context; nothing is sampled twice, so the output is the one it would have had).
 //
 // Each request samples with its own seeded sampler and its own settings (sampler.hpp: bias,
-// penalties over its context, processor, temperature, top-k / top-p / min-p), so its tokens do
+// penalties over its context, processor, top-k / top-p / min-p, temperature), so its tokens do
 // not depend on the batch. The sampler's context is the request's prompt and generated tokens.
 // (Numerically, batching changes only the summation order of f32 GEMMs; greedy and sampled
 // choices agree unless two candidates are within that rounding of each other.)

@@ -2,7 +2,15 @@
 // softmax, each request with its own seeded generator, so the same request and seed give the
 // same tokens whatever else is batched.
 //
-// The chain, for one logits row (vocab) and the context it continues (prompt + tokens so far):
+// A logits row must hold numbers or -inf (a masked token) and at least one number: NaN, +inf
+// or a row of nothing but -inf is refused (invalid_argument, naming the token) on every path,
+// greedy included, before anything is drawn (check_logits). Such a row is a model or kernel
+// fault; sampling from it would pick an arbitrary token.
+//
+// The chain, for one logits row (vocab) and the context it continues (prompt + tokens so far),
+// in llama.cpp's default order (its common_params_sampling::samplers: logit bias, penalties,
+// top-k, top-p, min-p, temperature, then the draw; npullm has no DRY, typical-p, XTC or
+// top-n-sigma):
 //   1. logit_bias          row[t] += bias for every {t, bias} (entries for one token add up;
 //                          -inf bans the token)
 //   2. penalties           over the last penalty_last_n tokens of the context, for each token
@@ -11,16 +19,20 @@
 //                            row[t] -= c * frequency_penalty + presence_penalty
 //   3. processor           a user callable (context, row) that may change or mask (-inf) any
 //                          entry: constrained decoding (grammars, JSON schemas) hooks in here
-//   then NaN entries count as -inf; a row with no entry above -inf, or with +inf, is refused.
+//   then the row is checked again: NaN, +inf or no entry above -inf is refused.
 //   greedy (temperature 0) the first largest entry (ops::argmax)
-//   sampled                p = softmax(row / temperature) over the row's tokens, then
+//   sampled, with p = softmax(row) (temperature 1) over the row's tokens:
 //     top_k = k            only the k largest entries compete (0: all)
 //     top_p = p            only the smallest set of the most probable tokens whose probability
 //                          (renormalized over the top k) reaches p (1: all)
 //     min_p = m            only tokens with p_t >= m * p_max (0: all); p_max is the most
-//                          probable token's, so this cut depends on the temperature
-//                          (p_t / p_max = exp((row[t] - row_max) / temperature))
-//   and the survivors are drawn with probabilities renormalized over them.
+//                          probable token's (p_t / p_max = exp(row[t] - row_max))
+//     temperature T        the survivors are drawn with probabilities softmax(row / T)
+//                          renormalized over them.
+//   With order = sampling_order::temperature_first (npullm's order before it followed
+//   llama.cpp's) p is softmax(row / T) instead, so top-p and min-p cut the sharpened (T < 1) or
+//   flattened (T > 1) distribution: at T != 1 the two orders can keep different tokens; top-k
+//   keeps the same ones either way.
 // Without bias, penalties or processor the row is read in place (no copy). Ties are broken
 // by token id, so a result never depends on a sort's whims.
 //
@@ -41,6 +53,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -55,16 +68,45 @@ struct token_bias {
   float bias = 0.0f;
 };
 
+// Where the temperature acts in the sampled chain (see the top of the file).
+enum class sampling_order {
+  temperature_last,   // llama.cpp's: top-k, top-p and min-p cut softmax(row), then temperature
+  temperature_first,  // npullm's former order: the cuts act on softmax(row / temperature)
+};
+
+// Refuses (invalid_argument) a logits row that no sampler can draw from: empty, a NaN or +inf
+// entry, or no entry above -inf; `who` names the caller in the message. A model's row with
+// such entries is a fault upstream: argmax would skip NaN, a sort over NaN is undefined.
+inline void check_logits(std::span<const float> row, std::string_view who) {
+  if (row.empty()) raise(error_code::invalid_argument, who, ": no logits");
+  bool any = false;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const float v = row[i];
+    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
+      raise(error_code::invalid_argument, who, ": logit of token ", i, " is ",
+            std::isnan(v) ? "NaN" : "+inf", " in a row of ", row.size(),
+            " (only numbers, or -inf for a masked token, can be sampled)");
+    }
+    any = any || v > -std::numeric_limits<float>::infinity();
+  }
+  if (!any) {
+    raise(error_code::invalid_argument, who, ": every logit of a row of ", row.size(),
+          " is -inf: no token to choose");
+  }
+}
+
 // The logits-processor hook: may change any entry of row (vocab), e.g. set -inf to forbid
 // tokens; context is the prompt and the tokens chosen before this row.
 using logits_processor =
     std::function<void(std::span<const std::int32_t> context, std::span<float> row)>;
 
 struct sampler_config {
-  float temperature = 0.0f;          // 0: greedy
-  std::size_t top_k = 0;             // 0: all tokens
-  float top_p = 1.0f;                // 1: all tokens
-  float min_p = 0.0f;                // 0: all tokens; in [0, 1]
+  float temperature = 0.0f;  // 0: greedy
+  std::size_t top_k = 0;     // 0: all tokens
+  float top_p = 1.0f;        // 1: all tokens
+  float min_p = 0.0f;        // 0: all tokens; in [0, 1]
+  // Whether top-p / min-p cut before the temperature (llama.cpp's order) or after it.
+  sampling_order order = sampling_order::temperature_last;
   float repeat_penalty = 1.0f;       // 1: off; > 0
   float frequency_penalty = 0.0f;    // 0: off; any finite value (negative favours repeats)
   float presence_penalty = 0.0f;     // 0: off; any finite value
@@ -81,6 +123,10 @@ struct sampler_config {
     }
     if (!(min_p >= 0.0f && min_p <= 1.0f)) {
       raise(error_code::invalid_argument, "sampler: min_p ", min_p, " outside [0, 1]");
+    }
+    if (order != sampling_order::temperature_last && order != sampling_order::temperature_first) {
+      raise(error_code::invalid_argument, "sampler: order ", static_cast<int>(order),
+            " is not a sampling_order");
     }
     if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty)) {
       raise(error_code::invalid_argument, "sampler: repeat_penalty ", repeat_penalty,
@@ -183,11 +229,12 @@ class sampler {
   [[nodiscard]] const sampler_config& config() const noexcept { return config_; }
   [[nodiscard]] bool greedy() const noexcept { return config_.temperature == 0.0f; }
 
-  // A token for a logits row (vocab) after context. Throws, with the stream unchanged, for an
-  // empty row, a bias or context token outside it, or a row the chain leaves without a token.
+  // A token for a logits row (vocab) after context. Throws, with the stream unchanged, for a
+  // row check_logits refuses, a bias or context token outside it, or a row the chain leaves
+  // without a token.
   std::int32_t sample(std::span<const float> logits, std::span<const std::int32_t> context = {}) {
-    if (logits.empty()) raise(error_code::invalid_argument, "sampler: no logits");
     if (!config_.processes()) {
+      check_logits(logits, "sampler");  // process() checks the row itself
       if (greedy()) return ops::argmax(logits);
       return sample_from(truncated(logits));
     }
@@ -199,19 +246,24 @@ class sampler {
   // The greedy choice of the chain: the first largest entry of the processed row.
   [[nodiscard]] std::int32_t argmax(std::span<const float> logits,
                                     std::span<const std::int32_t> context = {}) const {
-    if (logits.empty()) raise(error_code::invalid_argument, "sampler: no logits");
-    if (!config_.processes()) return ops::argmax(logits);
+    if (!config_.processes()) {
+      check_logits(logits, "sampler");
+      return ops::argmax(logits);
+    }
     return ops::argmax(process(logits, context));
   }
 
   // The distribution sample() draws from: probabilities over every token (0 outside top-k /
   // top-p / min-p and for masked tokens). Greedy gives probability 1 to the first largest
-  // entry of the processed row.
+  // entry of the processed row. Refuses what sample() refuses.
   [[nodiscard]] std::vector<double> distribution(std::span<const float> logits,
                                                  std::span<const std::int32_t> context = {}) const {
-    if (logits.empty()) return {};
     std::vector<float> row;
-    if (config_.processes()) row = process(logits, context);
+    if (config_.processes()) {
+      row = process(logits, context);
+    } else {
+      check_logits(logits, "sampler");
+    }
     const std::span<const float> r = config_.processes() ? std::span<const float>(row) : logits;
     if (greedy()) {
       std::vector<double> p(r.size(), 0.0);
@@ -222,11 +274,12 @@ class sampler {
   }
 
   // Steps 1-3 of the chain on a copy of the row: logit bias, penalties over the last
-  // penalty_last_n tokens of context, the processor; NaN then counts as -inf. Refuses
-  // (invalid_argument) bias or window tokens outside the row, and a result with +inf or no
-  // entry above -inf.
+  // penalty_last_n tokens of context, the processor. Refuses (invalid_argument) a row
+  // check_logits refuses, bias or window tokens outside the row, and a result with NaN, +inf
+  // or no entry above -inf.
   [[nodiscard]] std::vector<float> process(std::span<const float> logits,
                                            std::span<const std::int32_t> context = {}) const {
+    check_logits(logits, "sampler");
     const std::size_t vocab = logits.size();
     for (const token_bias& b : config_.logit_bias) {
       if (static_cast<std::size_t>(b.token) >= vocab) {
@@ -260,25 +313,34 @@ class sampler {
     if (config_.processor) config_.processor(context, row);
     bool any = false;
     for (std::size_t i = 0; i < vocab; ++i) {
-      float& v = row[i];
-      if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
-      if (v == std::numeric_limits<float>::infinity()) {
-        raise(error_code::invalid_argument, "sampler: logit of token ", i,
-              " is +inf after bias, penalties and processor (mask with -inf instead)");
+      const float v = row[i];
+      if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) {
+        raise(error_code::invalid_argument, "sampler: logit of token ", i, " is ",
+              std::isnan(v) ? "NaN" : "+inf",
+              " after bias, penalties and processor (mask with -inf instead)");
       }
       any = any || v > -std::numeric_limits<float>::infinity();
     }
     if (!any) {
       raise(error_code::invalid_argument,
-            "sampler: bias, penalties and processor left no token (every logit -inf or NaN)");
+            "sampler: bias, penalties and processor left no token (every logit -inf)");
     }
     return row;
   }
 
   // A token drawn from explicit probabilities (they need not sum to 1; all zero: token 0).
+  // Refuses (invalid_argument, the stream unchanged) an empty list and a NaN, infinite or
+  // negative entry: no draw means anything then.
   std::int32_t sample_from(std::span<const double> p) {
+    if (p.empty()) raise(error_code::invalid_argument, "sampler: no probabilities");
     double total = 0;
-    for (double v : p) total += v;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (!(p[i] >= 0.0) || !std::isfinite(p[i])) {
+        raise(error_code::invalid_argument, "sampler: probability of token ", i, " is ", p[i],
+              " (want a finite number >= 0)");
+      }
+      total += p[i];
+    }
     const double u = uniform() * total;
     double acc = 0;
     for (std::size_t i = 0; i < p.size(); ++i) {
@@ -301,7 +363,8 @@ class sampler {
   }
 
  private:
-  // softmax(row / T) truncated by top-k, top-p and min-p, renormalized (sampled configs).
+  // Top-k, top-p and min-p on softmax(row) (temperature_first: softmax(row / T)), then
+  // softmax(row / T) over the survivors, renormalized (sampled configs).
   [[nodiscard]] std::vector<double> truncated(std::span<const float> logits) const {
     std::vector<double> p(logits.size(), 0.0);
     std::vector<std::int32_t> ids(logits.size());
@@ -313,12 +376,15 @@ class sampler {
     const std::size_t k = config_.top_k == 0 ? ids.size() : std::min(config_.top_k, ids.size());
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), better);
     const double top = logits[static_cast<std::size_t>(ids[0])];
-    std::vector<double> w(k);  // w[0] = 1: p_t / p_max
+    const auto temperature = static_cast<double>(config_.temperature);
+    // The cuts' temperature: 1 in llama.cpp's order (temperature after the cuts).
+    const double cut_t = config_.order == sampling_order::temperature_first ? temperature : 1.0;
+    auto weight = [&](std::size_t i, double t) {  // p_t / p_max at temperature t
+      return std::exp((logits[static_cast<std::size_t>(ids[i])] - top) / t);
+    };
+    std::vector<double> w(k);  // w[0] = 1: p_t / p_max at the cuts' temperature
     double sum = 0;
-    for (std::size_t i = 0; i < k; ++i) {
-      sum += (w[i] = std::exp((logits[static_cast<std::size_t>(ids[i])] - top) /
-                              static_cast<double>(config_.temperature)));
-    }
+    for (std::size_t i = 0; i < k; ++i) sum += (w[i] = weight(i, cut_t));
     std::size_t keep = k;
     if (config_.top_p < 1.0f) {
       double acc = 0;
@@ -336,6 +402,9 @@ class sampler {
                                                    w.begin() + static_cast<std::ptrdiff_t>(keep),
                                                    [&](double x) { return x < m; }) -
                                       w.begin());
+    }
+    if (cut_t != temperature) {
+      for (std::size_t i = 0; i < keep; ++i) w[i] = weight(i, temperature);
     }
     double total = 0;
     for (std::size_t i = 0; i < keep; ++i) total += w[i];

@@ -88,8 +88,11 @@ struct draft_query {
   sampler* rng;                           // sampled request: draw with it; null: greedy
 };
 
-// Greedy token of a logits row: ops::argmax (first largest; NaN never, unless all are NaN).
+// Greedy token of a logits row: ops::argmax (the first largest), after check_logits: a NaN or
+// +inf entry, or a row of nothing but -inf, is refused (invalid_argument) as the sampler
+// refuses it, rather than choosing whatever argmax makes of it.
 inline std::int32_t greedy_token(std::span<const float> logits) {
+  check_logits(logits, "greedy decoding");
   return ops::argmax(logits);
 }
 
