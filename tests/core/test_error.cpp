@@ -36,8 +36,9 @@ TEST(Error, ReRaisedErrorsCompose) {
     FAIL() << "raise returned";
   } catch (const error& e) {
     EXPECT_EQ(e.code(), error_code::out_of_range);
-    EXPECT_STREQ(e.what(),
-                 "npullm out_of_range: batch_unroll: row 2 of 3: token 9 out of range for length 4");
+    EXPECT_STREQ(
+        e.what(),
+        "npullm out_of_range: batch_unroll: row 2 of 3: token 9 out of range for length 4");
   }
 }
 
@@ -53,10 +54,11 @@ TEST(Error, EveryCodeHasAName) {
                               error_code::invalid_argument,
                               error_code::backend,
                               error_code::io,
-                              error_code::corrupt_data};
+                              error_code::corrupt_data,
+                              error_code::resource};
   const char* names[] = {
       "invalid_shape", "out_of_range", "capacity_exhausted", "unsupported", "invalid_argument",
-      "backend",       "io",           "corrupt_data"};
+      "backend",       "io",           "corrupt_data",       "resource"};
   for (std::size_t i = 0; i < std::size(codes); ++i) {
     EXPECT_EQ(npullm::to_string(codes[i]), names[i]);
     EXPECT_EQ(error(codes[i], "m").what(), std::string("npullm ") + names[i] + ": m");

@@ -24,6 +24,8 @@
 //   a failure the execution backend reports (Level Zero, ...)            backend
 //   reading or mapping a file failed                                     io
 //   a file or buffer whose contents are malformed                        corrupt_data
+//   the system refused a resource other than memory (a thread_pool's     resource
+//   threads); memory itself stays std::bad_alloc
 #pragma once
 
 #include <cstddef>
@@ -44,6 +46,7 @@ enum class error_code {
   backend,             // a failure reported by the execution backend (Level Zero, ...)
   io,                  // reading or mapping a file failed
   corrupt_data,        // a file or buffer whose contents are malformed
+  resource,            // the system refused a resource other than memory (a thread)
 };
 
 constexpr std::string_view to_string(error_code code) noexcept {
@@ -56,6 +59,7 @@ constexpr std::string_view to_string(error_code code) noexcept {
     case error_code::backend: return "backend";
     case error_code::io: return "io";
     case error_code::corrupt_data: return "corrupt_data";
+    case error_code::resource: return "resource";
   }
   return "unknown";
 }

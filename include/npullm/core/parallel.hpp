@@ -12,6 +12,13 @@
 // serialized. A parallel_for called from inside one of the pool's own tasks runs serially on
 // that thread (no deadlock, no oversubscription). An exception thrown by fn is rethrown to the
 // caller after every started index has finished; indices not yet started are skipped.
+//
+// Construction: a pool whose workers cannot all be started (the system refuses a thread, or a
+// count no vector can hold) stops and joins the workers it started and throws npullm::error
+// (resource; invalid_argument for 0 threads) naming the count asked for and how many started;
+// no thread is left running and std::terminate is never reached. A thread_launcher (how each
+// worker is started: a name, an affinity, a stack size) may be given; the default is
+// std::thread.
 #pragma once
 
 #include <atomic>
@@ -19,7 +26,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <new>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -44,22 +55,47 @@ struct serial {
   }
 };
 
+// Starts worker `index` (1 .. threads - 1) running `body` on a new thread and returns it. It may
+// throw (std::system_error, as std::thread does when the system refuses a thread) and must
+// then not have started body.
+using thread_launcher = std::function<std::thread(std::size_t index, std::function<void()> body)>;
+
 class thread_pool {
  public:
   // threads == total threads taking part, the caller included (threads - 1 workers).
-  explicit thread_pool(std::size_t threads) {
+  explicit thread_pool(std::size_t threads)
+      : thread_pool(threads, [](std::size_t, std::function<void()> body) {
+          return std::thread(std::move(body));
+        }) {}
+  // Each worker started by launch (see thread_launcher).
+  thread_pool(std::size_t threads, const thread_launcher& launch) {
     if (threads == 0) raise(error_code::invalid_argument, "thread_pool: 0 threads");
-    workers_.reserve(threads - 1);
-    for (std::size_t t = 1; t < threads; ++t) workers_.emplace_back([this] { worker_loop(); });
+    if (!launch) raise(error_code::invalid_argument, "thread_pool: an empty thread_launcher");
+    // The destructor does not run for a constructor that throws: each failure below stops and
+    // joins the workers already started first, or their std::thread destructors would call
+    // std::terminate.
+    try {
+      workers_.reserve(threads - 1);
+      for (std::size_t t = 1; t < threads; ++t) {
+        std::thread w = launch(t, [this] { worker_loop(); });
+        if (!w.joinable()) {
+          raise(error_code::invalid_argument, "thread_pool: the launcher returned no thread for ",
+                "worker ", t, " of ", threads - 1, " (", t - 1, " started before; stopped again)");
+        }
+        workers_.push_back(std::move(w));  // reserved: cannot throw
+      }
+    } catch (const std::system_error& e) {
+      refuse(threads, e.what());
+    } catch (const std::length_error& e) {
+      refuse(threads, e.what());
+    } catch (...) {
+      stop_workers();  // std::bad_alloc, npullm::error (the launcher's or the one above), or
+      throw;           // whatever else the launcher throws goes on as it is
+    }
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
-  ~thread_pool() {
-    stop_.store(true, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
+  ~thread_pool() { stop_workers(); }
 
   [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + 1; }
 
@@ -105,6 +141,23 @@ class thread_pool {
     std::mutex error_mutex;
     std::exception_ptr error;
   };
+
+  // Wakes every worker to leave its loop and joins them all (nothing else runs then).
+  void stop_workers() noexcept {
+    stop_.store(true, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  [[noreturn]] void refuse(std::size_t threads, const char* why) {
+    const std::size_t started = workers_.size();
+    stop_workers();
+    raise(error_code::resource, "thread_pool: ", threads, " threads requested (", threads - 1,
+          " workers besides the caller); ", started,
+          " workers had started when starting the next failed (stopped and joined again): ", why);
+  }
 
   static const thread_pool*& current_pool() noexcept {
     thread_local const thread_pool* pool = nullptr;
