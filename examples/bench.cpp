@@ -18,7 +18,13 @@
 // quantized matrices zero-copy from its mapping), KV in one contiguous cache of the -ctk / -ctv
 // type (f16 by default, as llama.cpp's; q8_0 and q4_0 are llama.cpp's blocks, read fused by the
 // flash attention), dynamic flash attention, the host backend with a thread_pool of t threads
-// (the caller's thread included).
+// (the caller's thread included). Besides llama-bench's fields, csv / json / jsonl give npullm's
+// own: packing, packed_bytes, kv_bytes (the bytes of the KV cache the test ran with, as
+// allocated for its longest context: what shows that -ctk / -ctv took effect), median_ts,
+// npullm_isa.
+//
+// Counts are whole numbers in their flag's range (examples/cli.hpp): -p / -n / -d 0 up to
+// 999999999, -r from 1, -t 1..1024; a bad one prints the flag and the value, then the usage.
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -41,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli.hpp"
 #include "npullm/core/isa.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/io/gguf.hpp"
@@ -51,6 +58,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace model = npullm::model;
+namespace cli = npullm::cli;
 
 constexpr const char* usage_text =
     "usage: npullm_bench [options]\n"
@@ -81,11 +89,6 @@ constexpr const char* usage_text =
     "t/s is the mean over the runs of tokens / seconds, +- the sample standard deviation;\n"
     "csv, json and jsonl also give the median and the samples.\n";
 
-// Bad command line: the message, then the usage, exit status 1.
-struct usage_error {
-  std::string message;
-};
-
 struct options {
   std::vector<std::string> models;
   std::vector<std::size_t> prompt{512}, gen{128}, depth{0};
@@ -107,29 +110,23 @@ std::vector<std::string> split(std::string_view s) {
   }
 }
 
-std::size_t parse_count(std::string_view flag, const std::string& s, std::size_t min) {
-  std::size_t v = 0;
-  bool ok = !s.empty() && s.size() <= 9;
-  for (const char c : s) {
-    ok = ok && c >= '0' && c <= '9';
-    v = v * 10 + static_cast<std::size_t>(c - '0');
-  }
-  if (!ok || v < min) {
-    throw usage_error{std::string(flag) + ": '" + s +
-                      "' is not an integer >= " + std::to_string(min)};
-  }
-  return v;
-}
+// The largest token count or repetition count a flag takes (nine digits, as before).
+constexpr std::size_t max_count = 999'999'999;
 
-std::vector<std::size_t> parse_counts(std::string_view flag, std::string_view s, std::size_t min) {
+// A comma list of counts in [min, max]; a bad item is refused naming the flag and the item.
+std::vector<std::size_t> parse_counts(std::string_view flag, std::string_view s,
+                                      std::string_view what, std::size_t min, std::size_t max) {
   std::vector<std::size_t> out;
-  for (const std::string& item : split(s)) out.push_back(parse_count(flag, item, min));
+  for (const std::string& item : split(s))
+    out.push_back(cli::integer<std::size_t>(flag, item, what, min, max));
   return out;
 }
 
 // The KV element types -ctk / -ctv take (llama.cpp's names), each a pipeline instantiation.
 constexpr std::array<std::string_view, 5> kv_types = {"f32", "f16", "bf16", "q8_0", "q4_0"};
 
+// A bad command line is npullm::error (invalid_argument) naming the flag and the value: main
+// prints the message, then the usage, exit status 1.
 options parse_args(int argc, char** argv) {
   options o;
   bool prompt_set = false, gen_set = false, depth_set = false;
@@ -139,37 +136,38 @@ options parse_args(int argc, char** argv) {
       std::fputs(usage_text, stdout);
       std::exit(0);
     }
-    if (i + 1 >= argc) throw usage_error{"unknown option or missing value: " + std::string(a)};
+    if (i + 1 >= argc) {
+      npullm::raise(npullm::error_code::invalid_argument, "unknown option or missing value: ", a);
+    }
     const std::string_view v = argv[++i];
     if (a == "-m" || a == "--model") {
       for (std::string& m : split(v)) {
-        if (m.empty()) throw usage_error{"-m: empty model path"};
+        if (m.empty()) cli::refuse(a, v, "an empty model path");
         o.models.push_back(std::move(m));
       }
     } else if (a == "-p" || a == "--n-prompt") {
       // Repeated flags add to the list, as llama-bench's do; the first replaces the default.
       if (!std::exchange(prompt_set, true)) o.prompt.clear();
-      for (std::size_t p : parse_counts(a, v, 0)) o.prompt.push_back(p);
+      for (std::size_t p : parse_counts(a, v, "n_prompt", 0, max_count)) o.prompt.push_back(p);
     } else if (a == "-n" || a == "--n-gen") {
       if (!std::exchange(gen_set, true)) o.gen.clear();
-      for (std::size_t n : parse_counts(a, v, 0)) o.gen.push_back(n);
+      for (std::size_t n : parse_counts(a, v, "n_gen", 0, max_count)) o.gen.push_back(n);
     } else if (a == "-d" || a == "--n-depth") {
       if (!std::exchange(depth_set, true)) o.depth.clear();
-      for (std::size_t d : parse_counts(a, v, 0)) o.depth.push_back(d);
+      for (std::size_t d : parse_counts(a, v, "n_depth", 0, max_count)) o.depth.push_back(d);
     } else if (a == "-r" || a == "--repetitions") {
-      o.reps = parse_count(a, std::string(v), 1);
+      o.reps = cli::integer<std::size_t>(a, v, "repetitions", 1, max_count);
     } else if (a == "-t" || a == "--threads") {
-      for (std::size_t t : parse_counts(a, v, 1)) o.threads.push_back(t);
+      for (std::size_t t : parse_counts(a, v, "threads", 1, cli::max_threads))
+        o.threads.push_back(t);
     } else if (a == "-o" || a == "--output") {
       if (v != "md" && v != "csv" && v != "json" && v != "jsonl")
-        throw usage_error{"-o: '" + std::string(v) + "' is not md, csv, json or jsonl"};
+        cli::refuse(a, v, "the output must be md, csv, json or jsonl");
       o.output = v;
     } else if (a == "-ctk" || a == "--cache-type-k" || a == "-ctv" || a == "--cache-type-v" ||
                a == "--kv") {
-      if (std::find(kv_types.begin(), kv_types.end(), v) == kv_types.end()) {
-        throw usage_error{std::string(a) + ": '" + std::string(v) +
-                          "' is not f32, f16, bf16, q8_0 or q4_0"};
-      }
+      if (std::find(kv_types.begin(), kv_types.end(), v) == kv_types.end())
+        cli::refuse(a, v, "the cache type must be f32, f16, bf16, q8_0 or q4_0");
       if (a != "-ctv" && a != "--cache-type-v") o.type_k = v;
       if (a != "-ctk" && a != "--cache-type-k") o.type_v = v;
     } else if (a == "--packing") {
@@ -180,20 +178,25 @@ options parse_args(int argc, char** argv) {
       } else if (v == "on") {
         o.packing = model::weight_packing::on;
       } else {
-        throw usage_error{"--packing: '" + std::string(v) + "' is not auto, off or on"};
+        cli::refuse(a, v, "the packing must be auto, off or on");
       }
     } else {
-      throw usage_error{"unknown option: " + std::string(a)};
+      npullm::raise(npullm::error_code::invalid_argument, "unknown option: ", a);
     }
   }
-  if (o.models.empty()) throw usage_error{"no model: give -m FILE.gguf or -m MODEL_DIR"};
-  if (o.type_k != o.type_v && !(o.type_k == "q8_0" && o.type_v == "q4_0")) {
-    throw usage_error{"-ctk " + o.type_k + " and -ctv " + o.type_v +
-                      ": K and V in different types are built for -ctk q8_0 -ctv q4_0 only; give "
-                      "that pair or the same type to both"};
+  if (o.models.empty()) {
+    npullm::raise(npullm::error_code::invalid_argument,
+                  "no model: give -m FILE.gguf or -m MODEL_DIR");
   }
-  if (o.threads.empty())
-    o.threads.push_back(std::max<std::size_t>(1, std::thread::hardware_concurrency()));
+  if (o.type_k != o.type_v && !(o.type_k == "q8_0" && o.type_v == "q4_0")) {
+    npullm::raise(npullm::error_code::invalid_argument, "-ctk ", o.type_k, " and -ctv ", o.type_v,
+                  ": K and V in different types are built for -ctk q8_0 -ctv q4_0 only; give "
+                  "that pair or the same type to both");
+  }
+  if (o.threads.empty()) {
+    o.threads.push_back(
+        std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, cli::max_threads));
+  }
   std::erase(o.prompt, std::size_t{0});
   std::erase(o.gen, std::size_t{0});
   return o;
@@ -307,6 +310,7 @@ struct result {
   std::vector<std::uint64_t> ns = {};  // per run
   std::vector<double> ts = {};         // tokens / second per run
   std::size_t packed_bytes = 0;        // the pipeline's packed weight copies
+  std::size_t kv_bytes = 0;            // the pipeline's KV cache, as allocated
 
   [[nodiscard]] std::string test() const {
     return (n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen)) +
@@ -397,7 +401,7 @@ std::string join(const std::vector<T>& v, std::string_view sep, auto&& fmt) {
 }
 
 // The fields of csv, json and jsonl, llama-bench's names where they mean the same, in its
-// order; then npullm's own (packing, packed_bytes, median_ts, npullm_isa).
+// order; then npullm's own (packing, packed_bytes, kv_bytes, median_ts, npullm_isa).
 struct field {
   std::string name;
   std::string value;
@@ -430,6 +434,7 @@ std::vector<field> fields_of(const result& r, const options& o) {
       {"median_ts", number(median(r.ts)), false},
       {"packing", std::string(packing_name(o.packing)), true},
       {"packed_bytes", u(r.packed_bytes), false},
+      {"kv_bytes", u(r.kv_bytes), false},
       {"npullm_isa", std::string(npullm::isa_name()), true},
   };
 }
@@ -533,6 +538,15 @@ std::string utc_now() {
   return buf;
 }
 
+// Bytes of a single-sequence pipeline's KV storage: its contiguous cache, or the ring that
+// replaces it when every layer is windowed. What a K / V type really costs: f16 2 bytes an
+// element, q8_0 34 bytes a block of 32, q4_0 18.
+template <class LM>
+std::size_t kv_bytes(const LM& lm) {
+  if (const auto* ring = lm.ring_kv_cache()) return ring->storage_bytes();
+  return lm.kv_cache().storage_bytes();
+}
+
 // Every test of one model at one thread count, through a pipeline with KV of type K.
 template <class K, class W>
 void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, const model_info& m,
@@ -563,6 +577,7 @@ void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, co
     r.threads = threads;
     r.time = utc_now();
     r.packed_bytes = lm.packed_bytes();
+    r.kv_bytes = kv_bytes(lm);
     start(r.n_depth);
     warm_up();
     const double tokens = static_cast<double>(r.n_prompt + r.n_gen);
@@ -629,8 +644,9 @@ int main(int argc, char** argv) {
   options o;
   try {
     o = parse_args(argc, argv);
-  } catch (const usage_error& e) {
-    std::fprintf(stderr, "npullm_bench: %s\n\n%s", e.message.c_str(), usage_text);
+  } catch (const npullm::error& e) {
+    std::fprintf(stderr, "npullm_bench: %.*s\n\n%s", static_cast<int>(e.message().size()),
+                 e.message().data(), usage_text);
     return 1;
   }
   printer out(o);

@@ -5,7 +5,8 @@
 //   npullm_run -m FILE.gguf|DIR -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8]
 //              [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]
 //              [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]
-//              [-t threads] [-c context] [--vocab VOCAB.gguf]
+//              [-l TOKEN(+|-)BIAS ...] [--stop TEXT ...] [-t threads] [-c context]
+//              [--vocab VOCAB.gguf]
 //
 //   -m DIR        a Hugging Face directory (config.json + safetensors, read by
 //                 model_weights::load; its torch_dtype is the weight type). Its tokenizer.json
@@ -15,12 +16,19 @@
 //   --chat        the prompt is a user message in the file's chat template
 //                 (tokenizer.chat_template: ChatML / Qwen, Llama 3, Llama 2, Mistral, Gemma,
 //                 Phi-3), the generation prompt opened; --system adds a system message
-//   --temp 0      greedy; otherwise temperature / top-k / top-p / min-p sampling seeded by
-//                 --seed (default: a random seed, printed)
+//   --temp 0      greedy; otherwise top-k / top-p / min-p / temperature sampling (llama.cpp's
+//                 order, batch/sampler.hpp) seeded by --seed (default: a random seed, printed)
+//   -l, --logit-bias TOKEN+BIAS, TOKEN-BIAS   llama.cpp's flag: BIAS added to the logit of token
+//                 id TOKEN (repeatable; 15043-inf bans the token)
+//   --stop TEXT   generation ends where TEXT first appears in the generated text (repeatable;
+//                 the text is printed up to it, not including it; batch/stop_strings.hpp)
 //   --repeat-penalty, --frequency-penalty, --presence-penalty   penalties over the last
 //                 --repeat-last-n tokens of the context (prompt and generated text), as
 //                 llama.cpp's flags of the same names (batch/sampler.hpp's sampler_config)
 //   -c            KV capacity in tokens (default: prompt + n)
+//   -t            threads, 1..1024 (default: the hardware threads)
+// Numbers must be whole values in their flag's range (examples/cli.hpp): "-n 40x", "-t 0" or
+// "--top-p 2" is refused naming the flag and the value, before anything loads.
 // Generation stops after n tokens or at an end-of-generation token of the vocabulary (EOS,
 // <|im_end|>, <|eot_id|>, ...). Models: what model_weights::load_gguf reads (the README's
 // GGUF architectures and weight types); the pipeline's weight type is the file's dense matrix
@@ -37,7 +45,9 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "npullm/batch/sampler.hpp"
+#include "npullm/batch/stop_strings.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
@@ -49,6 +59,13 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+namespace cli = npullm::cli;
+
+// One --logit-bias, with the flag and value as given, for messages.
+struct logit_bias_flag {
+  npullm::batch::token_bias bias;
+  std::string flag, text;
+};
 
 struct options {
   std::string model;
@@ -66,7 +83,10 @@ struct options {
   float presence_penalty = 0.0f;
   std::int64_t repeat_last_n = 64;
   std::optional<std::uint64_t> seed;
-  std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<logit_bias_flag> logit_bias;
+  std::vector<std::string> stop;
+  std::size_t threads =
+      std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, cli::max_threads);
   std::size_t context = 0;
 };
 
@@ -75,18 +95,51 @@ void usage(const char* argv0) {
       "usage: %s -m FILE.gguf|DIR -p TEXT [-n 128] [--chat] [--system TEXT] [--temp 0.8]\n"
       "          [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]\n"
       "          [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]\n"
-      "          [-t threads] [-c context] [--vocab VOCAB.gguf]\n\n"
+      "          [-l TOKEN(+|-)BIAS ...] [--stop TEXT ...] [-t threads] [-c context]\n"
+      "          [--vocab VOCAB.gguf]\n\n"
       "Generates text with a GGUF model (or a Hugging Face directory with a GGUF vocabulary:\n"
       "--vocab or DIR/vocab.gguf), streaming it, then prints tokens/s.\n"
       "  --chat            the prompt as a user message in the file's chat template\n"
       "  --temp 0          greedy decoding\n"
       "  --repeat-penalty, --frequency-penalty, --presence-penalty: over the last\n"
-      "                    --repeat-last-n tokens of prompt and output (0: none)\n",
+      "                    --repeat-last-n tokens of prompt and output (0: none)\n"
+      "  -l, --logit-bias TOKEN+BIAS or TOKEN-BIAS: add BIAS to token TOKEN's logit\n"
+      "                    (repeatable; TOKEN-inf bans it)\n"
+      "  --stop TEXT       stop where TEXT first appears in the output (repeatable)\n"
+      "  -t threads        1..1024; -c context: KV tokens (default: prompt + n)\n",
       argv0);
+}
+
+// TOKEN+BIAS or TOKEN-BIAS (llama.cpp's --logit-bias): a token id, a sign, a number or inf
+// (-inf bans the token; +inf would make every other token impossible, and is refused).
+logit_bias_flag parse_logit_bias(std::string_view flag, std::string_view text) {
+  const std::size_t sign = text.find_first_of("+-");
+  const auto token = sign == std::string_view::npos
+                         ? std::nullopt
+                         : cli::parse_integer<std::int32_t>(text.substr(0, sign));
+  if (!token || *token < 0) {
+    cli::refuse(flag, text, "want TOKEN+BIAS or TOKEN-BIAS, a token id >= 0 then a signed bias ",
+                "(15043+1, 15043-inf)");
+  }
+  const std::string_view magnitude = text.substr(sign + 1);
+  float bias = 0;
+  if (text[sign] == '-' && (magnitude == "inf" || magnitude == "infinity")) {
+    bias = -std::numeric_limits<float>::infinity();
+  } else {
+    const auto v = cli::parse_float(magnitude);
+    if (!v || *v < 0) {
+      cli::refuse(flag, text, "the bias after the sign must be a finite number (or -inf), as in ",
+                  "15043+1, 15043-0.5, 15043-inf");
+    }
+    bias = text[sign] == '-' ? -*v : *v;
+  }
+  return {{*token, bias}, std::string(flag), std::string(text)};
 }
 
 // The sampler chain of the options (--repeat-last-n -1: the whole context, as llama.cpp's).
 npullm::batch::sampler_config sampling(const options& o) {
+  std::vector<npullm::batch::token_bias> bias;
+  for (const logit_bias_flag& b : o.logit_bias) bias.push_back(b.bias);
   return {.temperature = o.temperature,
           .top_k = o.top_k,
           .top_p = o.top_p,
@@ -95,7 +148,8 @@ npullm::batch::sampler_config sampling(const options& o) {
           .frequency_penalty = o.frequency_penalty,
           .presence_penalty = o.presence_penalty,
           .penalty_last_n =
-              o.repeat_last_n == -1 ? std::numeric_limits<std::int64_t>::max() : o.repeat_last_n};
+              o.repeat_last_n == -1 ? std::numeric_limits<std::int64_t>::max() : o.repeat_last_n,
+          .logit_bias = std::move(bias)};
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -121,7 +175,15 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   const auto weights = std::filesystem::is_directory(o.model)
                            ? model::model_weights<W>::load(o.model)
                            : model::model_weights<W>::load_gguf(o.model);
-  const std::size_t capacity = o.context != 0 ? o.context : prompt.size() + o.n_predict;
+  // Default: the prompt and n tokens (at least one: the first token is sampled from the
+  // prefill's logits however small n is).
+  const std::size_t wanted = std::max<std::size_t>(o.n_predict, 1);
+  if (o.context == 0 && wanted > std::numeric_limits<std::size_t>::max() - prompt.size()) {
+    std::fprintf(stderr, "error: -n %zu: the prompt's %zu tokens and n do not fit in a size_t\n",
+                 o.n_predict, prompt.size());
+    return 1;
+  }
+  const std::size_t capacity = o.context != 0 ? o.context : prompt.size() + wanted;
   if (capacity < prompt.size() + 1) {
     std::fprintf(stderr, "error: -c %zu does not hold the prompt's %zu tokens and one more\n",
                  capacity, prompt.size());
@@ -158,6 +220,26 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   const double prefill_s = seconds_since(t);
 
   npullm::text::streaming_detokenizer stream(tok);
+  // The generated text, printed up to `shown`: bytes that may begin a stop string wait until
+  // the next token says whether they do.
+  std::string text;
+  std::size_t shown = 0;
+  std::optional<npullm::batch::stop_string_match> stopped;
+  const auto add_text = [&](const std::string& piece, bool last) {
+    const std::size_t searched = text.size();
+    text += piece;
+    const auto m = npullm::batch::find_stop_string(text, searched, o.stop);
+    if (m.found()) {
+      text.resize(m.position);
+      stopped = m;
+    }
+    const std::size_t upto = stopped || last
+                                 ? text.size()
+                                 : text.size() - npullm::batch::stop_string_holdback(text, o.stop);
+    std::fwrite(text.data() + shown, 1, upto - shown, stdout);
+    std::fflush(stdout);
+    shown = upto;
+  };
   std::size_t generated = 0;
   std::size_t steps = 0;
   t = clock_type::now();
@@ -165,20 +247,21 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   while (generated < limit) {
     ++generated;
     if (tok.vocab().is_eog(next)) break;
-    const std::string text = stream.push(next);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    if (generated == limit) break;
+    add_text(stream.push(next), false);
+    if (stopped || generated == limit) break;
     const auto step = lm.decode(std::array{next});
     ++steps;
     context.push_back(next);
     next = sampler.sample(step.logits_of(0).first(vocab), context);
   }
   const double decode_s = seconds_since(t);
-  const std::string rest = stream.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  if (!stopped) add_text(stream.flush(), true);  // the last bytes may still complete one
   std::printf("\n");
   std::fflush(stdout);
+  if (stopped) {
+    std::fprintf(stderr, "\nnpullm_run: stopped at --stop '%s' after %zu tokens\n",
+                 o.stop[stopped->index].c_str(), generated);
+  }
   std::fprintf(stderr, "\nprompt:     %5zu tokens in %8.3f s: %8.2f tokens/s\n", prompt.size(),
                prefill_s, static_cast<double>(prompt.size()) / prefill_s);
   std::fprintf(stderr, "generation: %5zu tokens, %zu decode steps in %8.3f s: %8.2f tokens/s\n",
@@ -192,60 +275,60 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
 int main(int argc, char** argv) {
   options o;
   bool have_model = false, have_prompt = false;
-  const auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "error: %s needs a value\n", argv[i]);
-      std::exit(1);
-    }
-    return argv[++i];
-  };
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
+      const auto value = [&] { return std::string(cli::value(argc, argv, i)); };
       if (a == "-h" || a == "--help") {
         usage(argv[0]);
         return 0;
       } else if (a == "-m" || a == "--model") {
-        o.model = value(i), have_model = true;
+        o.model = value(), have_model = true;
       } else if (a == "--vocab") {
-        o.vocab = value(i);
+        o.vocab = value();
       } else if (a == "-p" || a == "--prompt") {
-        o.prompt = value(i), have_prompt = true;
+        o.prompt = value(), have_prompt = true;
       } else if (a == "-n" || a == "--n-predict") {
-        o.n_predict = std::stoul(value(i));
+        o.n_predict = cli::integer<std::size_t>(a, value(), "n_predict", 0);
       } else if (a == "--chat") {
         o.chat = true;
       } else if (a == "--system") {
-        o.system = value(i);
+        o.system = value();
       } else if (a == "--temp") {
-        o.temperature = std::stof(value(i));
+        o.temperature = cli::number(a, value(), "temperature", cli::range::at_least(0));
       } else if (a == "--top-k") {
-        o.top_k = std::stoul(value(i));
+        o.top_k = cli::integer<std::size_t>(a, value(), "top_k", 0);
       } else if (a == "--top-p") {
-        o.top_p = std::stof(value(i));
+        o.top_p = cli::number(a, value(), "top_p", cli::range::above_to(0, 1));
       } else if (a == "--min-p") {
-        o.min_p = std::stof(value(i));
+        o.min_p = cli::number(a, value(), "min_p", cli::range::closed(0, 1));
       } else if (a == "--repeat-penalty") {
-        o.repeat_penalty = std::stof(value(i));
+        o.repeat_penalty = cli::number(a, value(), "repeat_penalty", cli::range::above(0));
       } else if (a == "--repeat-last-n") {
-        o.repeat_last_n = std::stoll(value(i));
+        o.repeat_last_n = cli::integer<std::int64_t>(a, value(), "repeat_last_n", -1);
       } else if (a == "--frequency-penalty") {
-        o.frequency_penalty = std::stof(value(i));
+        o.frequency_penalty = cli::number(a, value(), "frequency_penalty", cli::range::any());
       } else if (a == "--presence-penalty") {
-        o.presence_penalty = std::stof(value(i));
+        o.presence_penalty = cli::number(a, value(), "presence_penalty", cli::range::any());
       } else if (a == "--seed" || a == "-s") {
-        o.seed = std::stoull(value(i));
+        o.seed = cli::integer<std::uint64_t>(a, value(), "seed", 0);
+      } else if (a == "-l" || a == "--logit-bias") {
+        o.logit_bias.push_back(parse_logit_bias(a, value()));
+      } else if (a == "--stop") {
+        std::string stop = value();
+        if (stop.empty()) cli::refuse(a, stop, "a stop string must not be empty");
+        o.stop.push_back(std::move(stop));
       } else if (a == "-t" || a == "--threads") {
-        o.threads = std::max<std::size_t>(1, std::stoul(value(i)));
+        o.threads = cli::integer<std::size_t>(a, value(), "threads", 1, cli::max_threads);
       } else if (a == "-c" || a == "--ctx-size") {
-        o.context = std::stoul(value(i));
+        o.context = cli::integer<std::size_t>(a, value(), "context", 0);
       } else {
         std::fprintf(stderr, "error: unknown option '%s' (-h for help)\n", a.c_str());
         return 1;
       }
     }
-  } catch (const std::exception&) {
-    std::fprintf(stderr, "error: a numeric option has a value that is not a number\n");
+  } catch (const npullm::error& e) {
+    std::fprintf(stderr, "error: %.*s\n", static_cast<int>(e.message().size()), e.message().data());
     return 1;
   }
   if (!have_model || !have_prompt) {
@@ -271,6 +354,13 @@ int main(int argc, char** argv) {
     }
     const auto file = npullm::io::gguf_file::open(vocab);
     const auto tok = npullm::text::tokenizer::from_gguf(*file);
+    for (const logit_bias_flag& b : o.logit_bias) {
+      if (static_cast<std::size_t>(b.bias.token) >= tok.size()) {
+        std::fprintf(stderr, "error: %s %s: token %d outside the vocabulary of %zu tokens\n",
+                     b.flag.c_str(), b.text.c_str(), b.bias.token, tok.size());
+        return 1;
+      }
+    }
     std::string text = o.prompt;
     if (o.chat) {
       const auto tmpl = npullm::text::chat_template::from_vocabulary(tok.vocab());

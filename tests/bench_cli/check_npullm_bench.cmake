@@ -1,12 +1,38 @@
 # npullm_bench end to end (cmake -P): its json parses and has llama-bench's fields with the values
-# the command line asked for, its markdown table has the columns side-by-side.sh reads, and a bad
-# command line gives the usage and a nonzero exit status.
+# the command line asked for, its markdown table has the columns side-by-side.sh reads, the KV
+# cache it runs is of the -ctk / -ctv types (kv_bytes, the bytes the pipeline allocated for it,
+# are those of the model's K and V in those formats, from MODEL_DIR's config.json), and a bad
+# command line gives the usage and a nonzero exit status, numbers naming their flag and value.
 #   -DBENCH=<npullm_bench> -DGGUF=<a small GGUF model> -DMODEL_DIR=<a small HF model directory>
 cmake_minimum_required(VERSION 3.21)
 
 function(fail)
   string(JOIN "" msg ${ARGN})
   message(FATAL_ERROR "npullm_bench: ${msg}")
+endfunction()
+
+# The KV cache's size from the model's shape (the GGUF is MODEL_DIR quantized): per layer, K
+# and V of kv_heads x capacity x head_dim elements; bytes per 32 elements of each format: f32
+# 128, f16 / bf16 64, q8_0 34 (32 int8 and an f16 scale), q4_0 18 (32 nibbles and an f16 scale).
+file(READ ${MODEL_DIR}/config.json config)
+string(JSON layers GET "${config}" num_hidden_layers)
+string(JSON kv_heads GET "${config}" num_key_value_heads)
+string(JSON head_dim ERROR_VARIABLE no_head_dim GET "${config}" head_dim)
+if(no_head_dim)
+  string(JSON hidden GET "${config}" hidden_size)
+  string(JSON heads GET "${config}" num_attention_heads)
+  math(EXPR head_dim "${hidden} / ${heads}")
+endif()
+set(per32_f32 128)
+set(per32_f16 64)
+set(per32_bf16 64)
+set(per32_q8_0 34)
+set(per32_q4_0 18)
+# kv_bytes(<var> <capacity in tokens> <K type> <V type>)
+function(kv_bytes var capacity k v)
+  math(EXPR n "${layers} * ${kv_heads} * ${capacity} * ${head_dim} / 32
+               * (${per32_${k}} + ${per32_${v}})")
+  set(${var} ${n} PARENT_SCOPE)
 endfunction()
 
 # ---- json: a prefill of 8 and a decode of 4, one run each ------------------------------------
@@ -24,7 +50,8 @@ if(NOT n EQUAL 2)
 endif()
 foreach(i 0 1)
   foreach(key model_filename model_type model_size model_n_params backends n_threads type_k type_v
-              n_prompt n_gen avg_ns stddev_ns avg_ts stddev_ts median_ts samples_ns samples_ts)
+              n_prompt n_gen avg_ns stddev_ns avg_ts stddev_ts median_ts samples_ns samples_ts
+              kv_bytes)
     string(JSON v ERROR_VARIABLE e GET "${out}" ${i} ${key})
     if(e)
       fail("test ${i} has no '${key}':\n${out}")
@@ -39,6 +66,10 @@ foreach(i 0 1)
   endif()
   if(NOT model_size GREATER 0 OR NOT model_n_params GREATER 0)
     fail("model_size ${model_size}, model_n_params ${model_n_params}: expected > 0")
+  endif()
+  kv_bytes(want 8 f16 f16)  # room for the longest test, pp8
+  if(NOT kv_bytes EQUAL want)
+    fail("test ${i}: kv_bytes ${kv_bytes}, expected ${want} (f16 K and V of 8 tokens)")
   endif()
   if(i EQUAL 0 AND NOT (n_prompt EQUAL 8 AND n_gen EQUAL 0))
     fail("test 0 is n_prompt ${n_prompt}, n_gen ${n_gen}; expected pp8 (8, 0)")
@@ -100,11 +131,22 @@ function(expect_json_test flags)
     endif()
   endforeach()
 endfunction()
-# q8_0 K and V, 6 tokens of context before each run.
+# q8_0 K and V, 6 tokens of context before each run: a cache of 8 tokens in q8_0's bytes (17/32
+# of f16's), not f16's.
+kv_bytes(q8_0 8 q8_0 q8_0)
+kv_bytes(f16 8 f16 f16)
+if(q8_0 EQUAL f16)
+  fail("q8_0 and f16 caches of the same size: the check below would show nothing")
+endif()
 expect_json_test("-p;0;-n;2;-d;6;-r;1;-t;1;-ctk;q8_0;-ctv;q8_0" type_k:q8_0 type_v:q8_0 n_depth:6
-                 n_gen:2 n_prompt:0)
-# K at 8 bits, V at 4 (kv::mixed<q8_0, q4_0>): each reported as given.
-expect_json_test("-p;0;-n;2;-d;3;-r;1;-t;1;-ctk;q8_0;-ctv;q4_0" type_k:q8_0 type_v:q4_0 n_depth:3)
+                 n_gen:2 n_prompt:0 kv_bytes:${q8_0})
+expect_json_test("-p;0;-n;2;-d;6;-r;1;-t;1" type_k:f16 type_v:f16 kv_bytes:${f16})
+# K at 8 bits, V at 4 (kv::mixed<q8_0, q4_0>): each reported as given, the cache of both.
+kv_bytes(mixed 5 q8_0 q4_0)
+expect_json_test("-p;0;-n;2;-d;3;-r;1;-t;1;-ctk;q8_0;-ctv;q4_0" type_k:q8_0 type_v:q4_0 n_depth:3
+                 kv_bytes:${mixed})
+kv_bytes(q4_0 5 q4_0 q4_0)
+expect_json_test("-p;0;-n;2;-d;3;-r;1;-t;1;--kv;q4_0" type_k:q4_0 type_v:q4_0 kv_bytes:${q4_0})
 execute_process(COMMAND ${BENCH} -m ${GGUF} -p 2 -n 2 -d 0,3 -r 1 -t 1 --kv q4_0
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -124,6 +166,19 @@ foreach(args "-m;${GGUF};-x;1" "-m;${GGUF};-p;12a" "-m;${GGUF};--kv;q5_1" "-m;${
                   RESULT_VARIABLE rc)
   if(rc EQUAL 0 OR NOT err MATCHES "usage: npullm_bench")
     fail("'${args}' exited with ${rc} and printed:\n${err}\nexpected the usage and a failure")
+  endif()
+endforeach()
+# Numbers: whole values in their flag's range, the message naming the flag and the value.
+foreach(bad "-t;2000" "-t;-1" "-t;0" "-p;1,2x" "-n;-1" "-r;0" "-r;1e3" "-d;4,x" "-p;1000000000")
+  execute_process(COMMAND ${BENCH} -m ${GGUF} ${bad} OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  RESULT_VARIABLE rc)
+  list(GET bad 0 flag)
+  list(GET bad 1 value)
+  string(REGEX REPLACE "^.*," "" item "${value}")  # a list names its bad item
+  string(FIND "${err}" "npullm_bench: ${flag} ${item}: " named)
+  if(rc EQUAL 0 OR named EQUAL -1 OR NOT err MATCHES "usage: npullm_bench")
+    fail("'${bad}' exited with ${rc} and printed:\n${err}\nexpected 'npullm_bench: ${flag} "
+         "${item}: ...' and the usage")
   endif()
 endforeach()
 # A model it cannot read: a message naming it, exit status != 0.

@@ -2,9 +2,13 @@
 # vocabulary size is Phi-3's, quantized to Q4_0 / Q8_0 by npullm_quantize with the tokenizer.*
 # keys of ../shared/vocab/ggml-vocab-phi-3.gguf (random weights: the text means nothing, every
 # step is real). Checks: the prompt echoed and the tokens/s lines; the same seed gives the same
-# text with every sampling control on; the penalties change greedy text; --chat names the
-# file's template; bad values are refused before the model loads; the model's Hugging Face
-# directory runs with --vocab, and without a GGUF vocabulary is refused saying what it needs.
+# text with every sampling control on; the penalties change greedy text; effects of the
+# sampling flags: --top-k 1 at a high temperature is greedy, a high temperature differs from
+# greedy and between seeds, --stop cuts greedy text right before the stop string's first
+# occurrence, --logit-bias +100 forces its token and -inf bans it; --chat
+# names the file's template; bad values are refused before the model loads, each naming its flag
+# and value; the model's Hugging Face directory runs with --vocab, and without a GGUF vocabulary
+# is refused saying what it needs.
 #   -DRUN=<npullm_run> -DGGUF=<the model file> -DMODEL_DIR=<its bf16 directory>
 #   -DVOCAB=<the vocabulary GGUF>
 cmake_minimum_required(VERSION 3.21)
@@ -56,20 +60,102 @@ if(penalized STREQUAL greedy)
   fail("--repeat-penalty 1e9 left greedy text unchanged:\n${greedy}")
 endif()
 
+# The generated text of a run: stdout without the echoed prompt and the final newline.
+function(generated var out prompt)
+  string(LENGTH "${prompt}" n)
+  string(SUBSTRING "${out}" 0 ${n} head)
+  if(NOT head STREQUAL prompt OR NOT out MATCHES "\n$")
+    fail("stdout is not the prompt, text and a newline:\n${out}")
+  endif()
+  string(LENGTH "${out}" total)
+  math(EXPR len "${total} - ${n} - 1")
+  string(SUBSTRING "${out}" ${n} ${len} text)
+  set(${var} "${text}" PARENT_SCOPE)
+endfunction()
+
+set(capital "The capital of France is")
+generated(greedy_text "${greedy}" "${capital}")
+
+# ---- top-k 1 is greedy whatever the temperature (only one token is left to draw) -------------
+run(top1 -p "${capital}" -n 24 --temp 5 --top-k 1 --seed 11)
+if(NOT top1 STREQUAL greedy)
+  fail("--temp 5 --top-k 1 differs from --temp 0:\n${top1}\n---\n${greedy}")
+endif()
+
+# ---- a high temperature over the whole vocabulary: two seeds, two texts, neither greedy's -----
+set(hot --temp 5 --top-k 0 --top-p 1 --min-p 0)
+run(hot1 -p "${capital}" -n 24 ${hot} --seed 1)
+run(hot2 -p "${capital}" -n 24 ${hot} --seed 2)
+if(hot1 STREQUAL greedy OR hot2 STREQUAL greedy OR hot1 STREQUAL hot2)
+  fail("--temp 5 with seeds 1 and 2 and greedy are not three texts:\n${hot1}\n---\n${hot2}\n"
+       "---\n${greedy}")
+endif()
+
+# ---- --stop: a word from the second half of greedy text; the same run stops right before the
+# word's first occurrence (its text is not printed), saying so on stderr ------------------------
+string(LENGTH "${greedy_text}" len)
+math(EXPR half "${len} / 2")
+string(SUBSTRING "${greedy_text}" ${half} -1 tail)
+string(REGEX MATCH " [A-Za-z]+" stop "${tail}")
+if(stop STREQUAL "")
+  fail("no ASCII word in the second half of greedy text to stop at:\n${greedy_text}")
+endif()
+string(FIND "${greedy_text}" "${stop}" at)
+string(SUBSTRING "${greedy_text}" 0 ${at} before)
+run(stopped -p "${capital}" -n 24 --temp 0 --min-p 0 --stop "${stop}" --stop "never in this text")
+if(NOT stopped STREQUAL "${capital}${before}\n")
+  fail("--stop '${stop}' (first at byte ${at} of greedy text) did not cut the text there:\n"
+       "${stopped}\n---\ngreedy:\n${greedy}")
+endif()
+if(NOT stopped_err MATCHES "stopped at --stop '${stop}'")
+  fail("--stop '${stop}': stderr does not say it stopped there:\n${stopped_err}")
+endif()
+
+# ---- --logit-bias: +100 on '.' (token 29889 of Phi-3's vocabulary) makes every token '.', even
+# sampled, and greedy; -inf on a token bans it (entries for one token add up) ---------------
+run(dots -p "${capital}" -n 8 --temp 0.8 --seed 5 --logit-bias 29889+100)
+if(NOT dots STREQUAL "${capital}........\n" OR NOT dots_err MATCHES "generation: +8 tokens")
+  fail("--logit-bias 29889+100 did not give eight '.':\n${dots}\n${dots_err}")
+endif()
+run(no_dots -p "${capital}" -n 8 --temp 0 -l 29889+100 -l 29889-inf)
+if(no_dots MATCHES "\\.")
+  fail("-l 29889-inf after -l 29889+100 still gave '.':\n${no_dots}")
+endif()
+# The greedy path too.
+run(dot_first -p "${capital}" -n 3 --temp 0 -l 29889+100)
+if(NOT dot_first STREQUAL "${capital}...\n")
+  fail("-l 29889+100 with --temp 0 did not give '...':\n${dot_first}")
+endif()
+
 # ---- --chat: the file's template (Phi-3) ------------------------------------------------------
 run(chat -p "Hi" --chat --system "Be brief." -n 4 --temp 0)
 if(NOT chat_err MATCHES "chat template phi")
   fail("--chat did not name the Phi-3 template:\n${chat_err}")
 endif()
 
-# ---- refusals: before the model loads, nothing generated --------------------------------------
-foreach(bad "--min-p;2" "--repeat-penalty;0" "--repeat-last-n;-2" "--top-p;0")
+# ---- refusals: before the model loads, nothing generated; each message names the flag and the
+# value as given ("error: -n 40x: ..."): numbers must be whole and in their flag's range -------
+foreach(bad "--min-p;2" "--min-p;-0.1" "--repeat-penalty;0" "--repeat-last-n;-2" "--top-p;0"
+        "--top-p;1.5" "-n;40x" "-n;-5" "-n;1e3" "-t;-1" "-t;0" "-t;100000000" "-t;4.5" "-c;12k"
+        "-c;-1" "--temp;abc" "--temp;-1" "--temp;inf" "--top-k;-1" "--top-k;3x"
+        "--repeat-last-n;x" "--frequency-penalty;nan" "--presence-penalty;1e99" "--seed;-3"
+        "--seed;0x10" "--logit-bias;15043" "--logit-bias;x+1" "--logit-bias;15043+inf"
+        "-l;15043+nan" "-l;15043*2" "--logit-bias;40000+1")
   execute_process(COMMAND ${RUN} -m ${GGUF} -p "x" ${bad}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  if(rc EQUAL 0 OR NOT err MATCHES "error:" OR err MATCHES "loaded in")
-    fail("'${bad}' was not refused before loading (exit ${rc}):\n${err}")
+  list(GET bad 0 flag)
+  list(GET bad 1 value)
+  string(FIND "${err}" "error: ${flag} ${value}: " named)
+  if(rc EQUAL 0 OR named EQUAL -1 OR err MATCHES "loaded in")
+    fail("'${bad}' was not refused before loading with 'error: ${flag} ${value}: ...' (exit "
+         "${rc}):\n${err}")
   endif()
 endforeach()
+execute_process(COMMAND ${RUN} -m ${GGUF} -p "x" -n
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "error: -n needs a value")
+  fail("a trailing -n was not refused as needing a value (exit ${rc}):\n${err}")
+endif()
 
 # ---- the Hugging Face directory (bf16): vocabulary from --vocab; none: a clear refusal ---------
 execute_process(COMMAND ${RUN} -m ${MODEL_DIR} --vocab ${VOCAB} -p "The capital of France is"
