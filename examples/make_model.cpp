@@ -1,32 +1,41 @@
 // npullm_make_model: writes a generated Hugging Face style model directory.
 //   npullm_make_model <preset> <dir> [f32|f16|bf16] [seed] [--vocab-size N]
 // --vocab-size: the preset with another vocabulary size (e.g. a real tokenizer's, so that
-// npullm_quantize --vocab can give it that tokenizer).
+// npullm_quantize --vocab can give it that tokenizer), 1 .. 2^31 - 1 (token ids are int32).
+// seed: 0 .. 2^64 - 1 (default 1). Both whole numbers (examples/cli.hpp), or refused naming them.
 // presets: see include/npullm/model/synthetic.hpp (tiny and real-shaped, every family).
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
+#include <limits>
 #include <string>
 
+#include "cli.hpp"
 #include "npullm/model/synthetic.hpp"
 
 int main(int argc, char** argv) {
+  namespace cli = npullm::cli;
   std::size_t vocab_size = 0;  // 0: the preset's
-  if (argc >= 5 && std::string(argv[argc - 2]) == "--vocab-size") {
-    char* end = nullptr;
-    vocab_size = std::strtoull(argv[argc - 1], &end, 10);
-    if (*end != '\0' || vocab_size == 0) {
-      std::fprintf(stderr, "--vocab-size '%s': want a positive number\n", argv[argc - 1]);
-      return 2;
+  std::uint64_t seed = 1;
+  try {
+    if (argc >= 5 && std::string(argv[argc - 2]) == "--vocab-size") {
+      vocab_size = cli::integer<std::size_t>(
+          "--vocab-size", argv[argc - 1], "the vocabulary size", 1,
+          static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()));
+      argc -= 2;
     }
-    argc -= 2;
+    if (argc > 4) seed = cli::integer<std::uint64_t>("seed", argv[4], "the seed", 0);
+  } catch (const npullm::error& e) {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(e.message().size()), e.message().data());
+    return 2;
   }
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: %s <preset> <dir> [f32|f16|bf16] [seed] [--vocab-size N]\n"
-                 "presets: tiny tiny-llama tiny-qwen2-window tiny-llama3 tiny-qwen3 tiny-mistral tiny-phi3 "
-                 "tiny-gemma2 qwen2-0.5b llama-3.2-1b qwen3-0.6b mistral-7b phi-3-mini gemma-2-2b\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s <preset> <dir> [f32|f16|bf16] [seed] [--vocab-size N]\n"
+        "presets: tiny tiny-llama tiny-qwen2-window tiny-llama3 tiny-qwen3 tiny-mistral tiny-phi3 "
+        "tiny-gemma2 qwen2-0.5b llama-3.2-1b qwen3-0.6b mistral-7b phi-3-mini gemma-2-2b\n",
+        argv[0]);
     return 2;
   }
   const std::string dtype = argc > 3 ? argv[3] : "bf16";
@@ -38,8 +47,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto spec =
-        npullm::model::preset(argv[1], d, argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 1);
+    auto spec = npullm::model::preset(argv[1], d, seed);
     if (vocab_size != 0) spec.config.vocab_size = vocab_size;
     const auto start = std::chrono::steady_clock::now();
     npullm::model::write_model(argv[2], spec);

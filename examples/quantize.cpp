@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "cli.hpp"
 #include "npullm/model/quantized_io.hpp"
 #include "npullm/model/weights.hpp"
 
@@ -34,12 +35,22 @@ namespace {
 namespace model = npullm::model;
 using npullm::ops::weight_format;
 
-std::optional<model::quantization> parse_format(const std::string& s) {
+// FMT of --projections / --embedding (`flag`); the group after ':' a whole number
+// (examples/cli.hpp), whose value the loader then checks against the format.
+std::optional<model::quantization> parse_format(std::string_view flag, const std::string& s) {
   if (s == "none") return std::nullopt;
   const auto colon = s.find(':');
   const std::string name = s.substr(0, colon);
   model::quantization q;
-  q.group = colon == std::string::npos ? 0 : std::stoul(s.substr(colon + 1));
+  if (colon != std::string::npos) {
+    const auto group =
+        npullm::cli::parse_integer<std::size_t>(std::string_view(s).substr(colon + 1));
+    if (!group) {
+      npullm::cli::refuse(flag, s,
+                          "the group after ':' must be an integer >= 0 (int4:128, int8:32)");
+    }
+    q.group = *group;
+  }
   if (name == "int8") {
     q.format = weight_format::int8_sym;
   } else if (name == "int4") {
@@ -101,7 +112,7 @@ int main(int argc, char** argv) {
         vocab = argv[++i];
       } else if ((a == "--projections" || a == "--embedding") && i + 1 < argc) {
         (a == "--projections" ? options.projections : options.embedding_and_head) =
-            parse_format(argv[++i]);
+            parse_format(a, argv[++i]);
       } else {
         std::fprintf(stderr, "npullm_quantize: unknown argument '%s'\n", a.c_str());
         return 2;
@@ -114,7 +125,9 @@ int main(int argc, char** argv) {
     switch (model::stored_weight_type(argv[1])) {
       case npullm::dtype::f32: run<float>(argv[1], argv[2], options, gguf, vocab); break;
       case npullm::dtype::f16: run<npullm::float16>(argv[1], argv[2], options, gguf, vocab); break;
-      case npullm::dtype::bf16: run<npullm::bfloat16>(argv[1], argv[2], options, gguf, vocab); break;
+      case npullm::dtype::bf16:
+        run<npullm::bfloat16>(argv[1], argv[2], options, gguf, vocab);
+        break;
     }
   } catch (const npullm::error& e) {
     std::fprintf(stderr, "npullm_quantize: %s\n", e.what());

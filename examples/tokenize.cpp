@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli.hpp"
 #include "npullm/text/tokenizer.hpp"
 
 namespace {
@@ -84,12 +85,15 @@ int main(int argc, char** argv) {
   std::optional<std::string> model, prompt, file;
   bool from_stdin = false, ids_only = false, no_bos = false, no_parse_special = false;
   bool no_escape = false, show_count = false;
-  const auto value = [&](int& i, const char* flag) -> std::string {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "error: %s needs a value\n", flag);
+  // The value after argv[i] (examples/cli.hpp); none: "error: <flag> needs a value".
+  const auto value = [&](int& i) -> std::string {
+    try {
+      return std::string(npullm::cli::value(argc, argv, i));
+    } catch (const npullm::error& e) {
+      std::fprintf(stderr, "error: %.*s\n", static_cast<int>(e.message().size()),
+                   e.message().data());
       std::exit(1);
     }
-    return argv[++i];
   };
   const auto once = [](std::optional<std::string>& slot, std::string v, const char* flag) {
     if (slot) {
@@ -108,11 +112,11 @@ int main(int argc, char** argv) {
       usage(argv[0]);
       return 0;
     } else if (a == "-m" || a == "--model") {
-      once(model, value(i, "-m"), "-m");
+      once(model, value(i), "-m");
     } else if (a == "-p" || a == "--prompt") {
-      once(prompt, value(i, "-p"), "-p");
+      once(prompt, value(i), "-p");
     } else if (a == "-f" || a == "--file") {
-      once(file, value(i, "-f"), "-f");
+      once(file, value(i), "-f");
     } else if (a == "--stdin") {
       from_stdin = true;
     } else if (a == "--ids") {
