@@ -25,7 +25,7 @@
 //   --repeat-penalty, --frequency-penalty, --presence-penalty   penalties over the last
 //                 --repeat-last-n tokens of the context (prompt and generated text), as
 //                 llama.cpp's flags of the same names (batch/sampler.hpp's sampler_config)
-//   -c            KV capacity in tokens (default: prompt + n)
+//   -c            KV capacity in tokens (default: prompt + n); -n and -c at most 2^31 - 1
 //   -t            threads, 1..1024 (default: the hardware threads)
 // Numbers must be whole values in their flag's range (examples/cli.hpp): "-n 40x", "-t 0" or
 // "--top-p 2" is refused naming the flag and the value, before anything loads.
@@ -39,8 +39,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <new>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +62,11 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 namespace cli = npullm::cli;
+
+// The most tokens -n and -c take: llama.cpp's are int32 too, and a position past that is no
+// context any model here was trained for.
+constexpr std::size_t max_tokens =
+    static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
 
 // One --logit-bias, with the flag and value as given, for messages.
 struct logit_bias_flag {
@@ -177,20 +184,35 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
                            : model::model_weights<W>::load_gguf(o.model);
   // Default: the prompt and n tokens (at least one: the first token is sampled from the
   // prefill's logits however small n is).
-  const std::size_t wanted = std::max<std::size_t>(o.n_predict, 1);
-  if (o.context == 0 && wanted > std::numeric_limits<std::size_t>::max() - prompt.size()) {
-    std::fprintf(stderr, "error: -n %zu: the prompt's %zu tokens and n do not fit in a size_t\n",
-                 o.n_predict, prompt.size());
-    return 1;
-  }
-  const std::size_t capacity = o.context != 0 ? o.context : prompt.size() + wanted;
+  const std::size_t capacity =
+      o.context != 0 ? o.context : prompt.size() + std::max<std::size_t>(o.n_predict, 1);
   if (capacity < prompt.size() + 1) {
     std::fprintf(stderr, "error: -c %zu does not hold the prompt's %zu tokens and one more\n",
                  capacity, prompt.size());
     return 1;
   }
   npullm::thread_pool pool(o.threads);
-  model::causal_lm<config> lm(weights, {.max_sequence = capacity, .pool = &pool});
+  std::optional<model::causal_lm<config>> built;
+  const auto too_large = [&] {  // the KV cache and buffers for `capacity` tokens
+    if (o.context != 0) {
+      std::fprintf(stderr, "error: -c %zu: a KV cache of %zu tokens does not fit in memory\n",
+                   o.context, capacity);
+    } else {
+      std::fprintf(stderr,
+                   "error: -n %zu: a KV cache of %zu tokens (the prompt and n) does not fit in "
+                   "memory; -c sets a smaller one\n",
+                   o.n_predict, capacity);
+    }
+    return 1;
+  };
+  try {
+    built.emplace(weights, model::pipeline_options{.max_sequence = capacity, .pool = &pool});
+  } catch (const std::bad_alloc&) {
+    return too_large();
+  } catch (const std::length_error&) {  // more elements than a vector holds
+    return too_large();
+  }
+  auto& lm = *built;
   const auto& c = lm.config();
   if (tok.size() > c.vocab_size) {
     std::fprintf(stderr, "error: the vocabulary has %zu tokens, the model's vocab_size is %zu\n",
@@ -289,7 +311,7 @@ int main(int argc, char** argv) {
       } else if (a == "-p" || a == "--prompt") {
         o.prompt = value(), have_prompt = true;
       } else if (a == "-n" || a == "--n-predict") {
-        o.n_predict = cli::integer<std::size_t>(a, value(), "n_predict", 0);
+        o.n_predict = cli::integer<std::size_t>(a, value(), "n_predict", 0, max_tokens);
       } else if (a == "--chat") {
         o.chat = true;
       } else if (a == "--system") {
@@ -321,7 +343,7 @@ int main(int argc, char** argv) {
       } else if (a == "-t" || a == "--threads") {
         o.threads = cli::integer<std::size_t>(a, value(), "threads", 1, cli::max_threads);
       } else if (a == "-c" || a == "--ctx-size") {
-        o.context = cli::integer<std::size_t>(a, value(), "context", 0);
+        o.context = cli::integer<std::size_t>(a, value(), "context", 0, max_tokens);
       } else {
         std::fprintf(stderr, "error: unknown option '%s' (-h for help)\n", a.c_str());
         return 1;

@@ -137,7 +137,7 @@ endif()
 # value as given ("error: -n 40x: ..."): numbers must be whole and in their flag's range -------
 foreach(bad "--min-p;2" "--min-p;-0.1" "--repeat-penalty;0" "--repeat-last-n;-2" "--top-p;0"
         "--top-p;1.5" "-n;40x" "-n;-5" "-n;1e3" "-t;-1" "-t;0" "-t;100000000" "-t;4.5" "-c;12k"
-        "-c;-1" "--temp;abc" "--temp;-1" "--temp;inf" "--top-k;-1" "--top-k;3x"
+        "-c;-1" "-c;2147483648" "--temp;abc" "--temp;-1" "--temp;inf" "--top-k;-1" "--top-k;3x"
         "--repeat-last-n;x" "--frequency-penalty;nan" "--presence-penalty;1e99" "--seed;-3"
         "--seed;0x10" "--logit-bias;15043" "--logit-bias;x+1" "--logit-bias;15043+inf"
         "-l;15043+nan" "-l;15043*2" "--logit-bias;40000+1")
