@@ -13,12 +13,14 @@ build: deps
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS)
 
-# Every test in a Release build, then again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Every test in a Release build, then again under AddressSanitizer + UndefinedBehaviorSanitizer;
+# then what was skipped in each, and why (scripts/test-summary.sh).
 test: build
-	ctest --preset release -j $(JOBS)
+	ctest --preset release -j $(JOBS) --output-junit $(CURDIR)/build/release/ctest-junit.xml
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS)
-	ctest --preset asan -j $(JOBS)
+	ctest --preset asan -j $(JOBS) --output-junit $(CURDIR)/build/asan/ctest-junit.xml
+	@scripts/test-summary.sh build/release build/asan
 
 demo: deps
 	cmake --preset release

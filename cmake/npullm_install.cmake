@@ -4,6 +4,11 @@ include(CMakePackageConfigHelpers)
 set(NPULLM_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/npullm)
 
 install(TARGETS npullm EXPORT npullmTargets)
+# npullm::kernels (CMakeLists.txt): the per-ISA kernel libraries and the target linking them.
+if(NPULLM_BUILD_KERNELS)
+  install(TARGETS ${NPULLM_INSTALLED_KERNELS} npullm_kernels_all EXPORT npullmTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/npullm
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
@@ -16,11 +21,17 @@ configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/npullmConfig.cmake.in
   ${PROJECT_BINARY_DIR}/npullmConfig.cmake
   INSTALL_DESTINATION ${NPULLM_INSTALL_CMAKEDIR})
-# A header-only library: any architecture may use it.
-write_basic_package_version_file(
-  ${PROJECT_BINARY_DIR}/npullmConfigVersion.cmake
-  COMPATIBILITY SameMinorVersion
-  ARCH_INDEPENDENT)
+# The headers suit any architecture; npullm::kernels, when installed, is this machine's.
+if(NPULLM_BUILD_KERNELS)
+  write_basic_package_version_file(
+    ${PROJECT_BINARY_DIR}/npullmConfigVersion.cmake
+    COMPATIBILITY SameMinorVersion)
+else()
+  write_basic_package_version_file(
+    ${PROJECT_BINARY_DIR}/npullmConfigVersion.cmake
+    COMPATIBILITY SameMinorVersion
+    ARCH_INDEPENDENT)
+endif()
 install(FILES ${PROJECT_BINARY_DIR}/npullmConfig.cmake
               ${PROJECT_BINARY_DIR}/npullmConfigVersion.cmake
         DESTINATION ${NPULLM_INSTALL_CMAKEDIR})

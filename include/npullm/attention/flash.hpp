@@ -138,6 +138,10 @@ struct item_scratch {
   // query tiles reuse the same keys from cache (prefill), the hints cost more than they save.
   bool stream = false;
   float softcap = 0.0f;  // attention_io::softcap
+  // (queries) bit j set: key j of the current sub-tile is visible to the item's query
+  // q_begin + i. Filled by the mask's tile walk for a partial sub-tile, so the kernels below
+  // take no mask type: they are compiled once per K / V format, not once per mask and format.
+  std::vector<std::uint32_t> visible;
   // Quantized keys (quantized_keys.hpp), unit-major so that a row block's values are a
   // constant distance apart: the rows' codes (D / 32, rows, 32), scales and accumulator starts
   // (D / 32, rows); the sub-tile's transposed codes (D / 32, 8, 16) and scales of K and V
@@ -332,22 +336,21 @@ inline void for_row_blocks(std::size_t begin, std::size_t end, Fn&& fn) {
   return simd::load(e);
 }
 
-// The online-softmax update of one row with a vector of scores (lanes >= n are masked).
+// The online-softmax update of one row with a vector of scores (lanes >= n are masked; in a
+// partial sub-tile, the lanes whose bit in s.visible is clear too).
 // (Inlined into the row loop: as a call, its scores went through memory and one row's chain of
 // max, exp and sum could not overlap the next row's.)
-template <mask_policy Mask>
 [[gnu::always_inline]] inline void update_row(const item_rows& rows, std::size_t row,
-                                              simd::f32x16 sc, std::size_t j0, std::size_t n,
-                                              std::size_t dim, tile_visibility visibility,
-                                              const Mask& mask, item_scratch& s) {
+                                              simd::f32x16 sc, std::size_t n, std::size_t dim,
+                                              tile_visibility visibility, item_scratch& s) {
   if (s.softcap > 0.0f) sc = softcapped(sc, s.softcap);
   if (n < key_block) sc = simd::mask_tail(sc, n);
   if (visibility == tile_visibility::partial) {
     alignas(64) float tmp[simd::lanes];
     simd::store(tmp, sc);
-    const std::size_t i = rows.query(row);
+    const std::uint32_t bits = s.visible[rows.query(row) - rows.q_begin];
     for (std::size_t j = 0; j < n; ++j) {
-      if (!mask.visible(i, j0 + j)) tmp[j] = neg_inf;
+      if (((bits >> j) & 1u) == 0) tmp[j] = neg_inf;
     }
     sc = simd::load(tmp);
   }
@@ -425,10 +428,10 @@ const T* padded_rows(const T* rows, std::size_t n, std::size_t units,
 
 // Scores of rows [begin, end) against a sub-tile of quantized K by integer dot products
 // (quantized_keys.hpp), K transposed once for all rows, into the online softmax.
-template <kv::quantized_kv_element K, mask_policy Mask>
+template <kv::quantized_kv_element K>
 void quantized_key_scores(const item_rows& rows, std::size_t begin, std::size_t end, const K* k,
-                          std::size_t j0, std::size_t n, std::size_t dim,
-                          tile_visibility visibility, const Mask& mask, item_scratch& s) {
+                          std::size_t n, std::size_t dim, tile_visibility visibility,
+                          item_scratch& s) {
   const std::size_t units = dim / 32;
   transpose_keys(k, units, s.kq.data(), s.kd.data());
   for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
@@ -436,20 +439,18 @@ void quantized_key_scores(const item_rows& rows, std::size_t begin, std::size_t 
     quantized_scores<R, K>(s.qq.data() + r0 * 32, s.qd.data() + r0, s.qc.data() + r0, rows.count(),
                            s.kq.data(), s.kd.data(), units, scores);
     for (std::size_t r = 0; r < R; ++r) {
-      update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
+      update_row(rows, r0 + r, scores[r], n, dim, visibility, s);
     }
   });
 }
 
 // Scores of rows [begin, end) against a sub-tile of K in a storage type, in f32: one row reads
 // K as it is (row_scores), several transpose it once (K (n, D) -> kt (D, 16), keys past n zero).
-template <storage_type K, mask_policy Mask>
+template <storage_type K>
 void float_key_scores(const item_rows& rows, std::size_t begin, std::size_t end, const K* k,
-                      std::size_t j0, std::size_t n, std::size_t dim, tile_visibility visibility,
-                      const Mask& mask, item_scratch& s) {
+                      std::size_t n, std::size_t dim, tile_visibility visibility, item_scratch& s) {
   if (end - begin == 1) {
-    update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), j0, n, dim, visibility,
-               mask, s);
+    update_row(rows, begin, row_scores(s.q.data() + begin * dim, k, n, dim), n, dim, visibility, s);
     return;
   }
   for (std::size_t d0 = 0; d0 < dim; d0 += simd::lanes) {
@@ -467,7 +468,7 @@ void float_key_scores(const item_rows& rows, std::size_t begin, std::size_t end,
     simd::f32x16 scores[R];
     block_scores<R>(s.q.data() + r0 * dim, s.kt.data(), dim, scores);
     for (std::size_t r = 0; r < R; ++r) {
-      update_row(rows, r0 + r, scores[r], j0, n, dim, visibility, mask, s);
+      update_row(rows, r0 + r, scores[r], n, dim, visibility, s);
     }
   });
 }
@@ -491,13 +492,43 @@ void quantized_pv(const item_rows& rows, std::size_t begin, std::size_t end, con
   });
 }
 
-// One sub-tile of n <= 16 keys at positions [j0, j0 + n) for the rows of KV head hk: k, v point
-// at that head's first key of the sub-tile, rows D / unit_elements of their format apart.
-// Scores by K's kernel (integer dot products for a quantized K), then P V by V's.
-template <class K, class V, mask_policy Mask>
-void process_keys(const item_rows& rows, std::size_t hk, const K* k, const V* v, std::size_t j0,
-                  std::size_t n, std::size_t dim, tile_visibility visibility, const Mask& mask,
-                  item_scratch& s) {
+// Scores of rows [begin, end) against a sub-tile of n <= 16 keys of K (k: its first key, rows
+// D / unit_elements<K> units apart) into the online softmax: integer dot products for a
+// quantized K, f32 for a storage type; a partial sub-tile's visible keys are in s.visible.
+// No mask type, no V, no threading policy: one instantiation per K format serves every mask,
+// value format, source and policy (npullm_kernels compiles each once for a whole program).
+template <kv::kv_element K>
+void key_scores(const item_rows& rows, std::size_t begin, std::size_t end, const K* k,
+                std::size_t n, std::size_t dim, tile_visibility visibility, item_scratch& s) {
+  if constexpr (kv::quantized_kv_element<K>) {
+    if (n < key_block) k = padded_rows(k, n, dim / 32, s.tail_k);
+    quantized_key_scores(rows, begin, end, k, n, dim, visibility, s);
+  } else {
+    float_key_scores(rows, begin, end, k, n, dim, visibility, s);
+  }
+}
+
+// acc += P V for rows [begin, end) over the same sub-tile of V (v: its first key): V's scales
+// folded into p for a quantized V, f32 for a storage type. One instantiation per V format.
+template <kv::kv_element V>
+void value_products(const item_rows& rows, std::size_t begin, std::size_t end, const V* v,
+                    std::size_t n, std::size_t dim, item_scratch& s) {
+  if constexpr (kv::quantized_kv_element<V>) {
+    if (n < key_block) v = padded_rows(v, n, dim / 32, s.tail_v);
+    quantized_pv(rows, begin, end, v, n, dim, s);
+  } else {
+    for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
+      block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim, s.stream);
+    });
+  }
+}
+
+// One sub-tile of n <= 16 keys for the rows of KV head hk: k, v point at that head's first key
+// of the sub-tile. Scores by K's kernel, then P V by V's.
+template <class K, class V>
+inline void process_keys(const item_rows& rows, std::size_t hk, const K* k, const V* v,
+                         std::size_t n, std::size_t dim, tile_visibility visibility,
+                         item_scratch& s) {
   const std::size_t begin = hk * rows.per_kv_head(), end = begin + rows.per_kv_head();
   if (s.stream) {  // quantized K / V 2 KiB ahead (about one sub-tile), a hint per 64 bytes
     auto hint = [](const auto* part, std::size_t bytes) {
@@ -508,19 +539,23 @@ void process_keys(const item_rows& rows, std::size_t hk, const K* k, const V* v,
     if constexpr (kv::quantized_kv_element<K>) hint(k, key_block * (dim / 32) * sizeof(K));
     if constexpr (kv::quantized_kv_element<V>) hint(v, key_block * (dim / 32) * sizeof(V));
   }
-  if constexpr (kv::quantized_kv_element<K>) {
-    if (n < key_block) k = padded_rows(k, n, dim / 32, s.tail_k);
-    quantized_key_scores(rows, begin, end, k, j0, n, dim, visibility, mask, s);
-  } else {
-    float_key_scores(rows, begin, end, k, j0, n, dim, visibility, mask, s);
-  }
-  if constexpr (kv::quantized_kv_element<V>) {
-    if (n < key_block) v = padded_rows(v, n, dim / 32, s.tail_v);
-    quantized_pv(rows, begin, end, v, n, dim, s);
-  } else {
-    for_row_blocks(begin, end, [&]<std::size_t R>(std::size_t r0) {
-      block_pv<R>(s.p.data() + r0 * key_block, v, n, dim, s.acc.data() + r0 * dim, s.stream);
-    });
+  key_scores(rows, begin, end, k, n, dim, visibility, s);
+  value_products(rows, begin, end, v, n, dim, s);
+}
+
+// Which of the n keys at positions [j0, j0 + n) each of the item's queries sees, as bits
+// (s.visible): a partial sub-tile's mask, asked once per query and key (the GQA group's heads
+// share their query's bits).
+template <mask_policy Mask>
+void visible_keys(const item_rows& rows, std::size_t j0, std::size_t n, const Mask& mask,
+                  item_scratch& s) {
+  s.visible.resize(rows.queries());
+  for (std::size_t i = rows.q_begin; i < rows.q_end; ++i) {
+    std::uint32_t bits = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      bits |= std::uint32_t{static_cast<bool>(mask.visible(i, j0 + j))} << j;
+    }
+    s.visible[i - rows.q_begin] = bits;
   }
 }
 
@@ -537,10 +572,11 @@ void process_tile(const item_rows& rows, const kv::kv_tile<K, V>& tile, std::siz
     const std::size_t pos = tile.position + j;
     const tile_visibility vis = mask.classify(rows.q_begin, rows.q_end, pos, pos + n);
     if (vis == tile_visibility::hidden) return;
+    if (vis == tile_visibility::partial) visible_keys(rows, pos, n, mask, s);
     s.keys_read += n;
     const K* k = tile.k.data_handle() + hk * tile.k.stride(0) + j * (dim / kv::unit_elements<K>);
     const V* v = tile.v.data_handle() + hk * tile.v.stride(0) + j * (dim / kv::unit_elements<V>);
-    process_keys(rows, hk, k, v, pos, n, dim, vis, mask, s);
+    process_keys(rows, hk, k, v, n, dim, vis, s);
   };
   constexpr std::size_t far_apart = 64 * 1024;  // bytes between heads
   if (static_cast<std::size_t>(tile.k.stride(0)) * sizeof(K) >= far_apart) {
@@ -585,14 +621,59 @@ void check_tile(const kv::kv_tile<K, V>& t, std::size_t kv_heads, std::size_t di
   }
 }
 
-}  // namespace detail
+// A threading policy behind one function pointer: the driver below is compiled once per KV
+// format, present type and mask, not once more per policy (the items are coarse: one indirect
+// call each costs nothing).
+struct erased_policy {
+  const void* policy;
+  void (*run)(const void* policy, std::size_t n, void (*fn)(void*, std::size_t), void* fn_state);
 
-// Flash attention over explicit tiles. See the top of this file for shapes.
-template <flash_policy Tiles = flash<>, kv::kv_element K, kv::kv_element V, storage_type P = float,
-          mask_policy Mask = no_mask, threading_policy Policy = serial>
-void flash_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> past,
-                     const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
-  const std::size_t q_heads = io.q.extent(0), q_len = io.q.extent(1), dim = io.q.extent(2);
+  template <threading_policy Policy>
+  static erased_policy of(const Policy& p) noexcept {
+    return {&p, [](const void* pp, std::size_t n, void (*fn)(void*, std::size_t), void* state) {
+              static_cast<const Policy*>(pp)->parallel_for(n, [&](std::size_t i) { fn(state, i); });
+            }};
+  }
+  template <class Fn>
+  void parallel_for(std::size_t n, Fn& fn) const {
+    run(
+        policy, n, [](void* f, std::size_t i) { (*static_cast<Fn*>(f))(i); }, &fn);
+  }
+};
+
+// What a call computes, from its shapes alone (no mask, no policy): the keys, and the work
+// items (query tile, decode split) with their rows.
+struct flash_plan {
+  std::size_t q_heads = 0, q_len = 0, dim = 0;
+  std::size_t kv_heads = 0, group = 0;
+  std::size_t kv_first = 0, kv_len = 0;  // the keys are positions [kv_first, kv_len)
+  std::size_t query_tile = 0, split_length = 0;
+  std::size_t q_tiles = 0, splits = 1, first_split = 0;
+  bool split = false;
+  std::size_t rows_per_item = 0;
+
+  [[nodiscard]] std::size_t items() const noexcept { return q_tiles * splits; }
+  // Item `item`'s rows and its keys [key_begin, key_end).
+  [[nodiscard]] item_rows rows(std::size_t item) const noexcept {
+    const std::size_t qt = item / splits;
+    return {kv_heads, group, qt * query_tile, std::min(q_len, (qt + 1) * query_tile)};
+  }
+  [[nodiscard]] std::size_t key_begin(std::size_t item) const noexcept {
+    return split ? (first_split + item % splits) * split_length : 0;
+  }
+  [[nodiscard]] std::size_t key_end(std::size_t item) const noexcept {
+    return split ? std::min(kv_len, key_begin(item) + split_length) : kv_len;
+  }
+};
+
+// Checks io and the tiles (consecutive, shapes matching) and returns the keys' extent; the
+// item grid is set by plan_items once the mask is known.
+template <kv::kv_element K, kv::kv_element V, storage_type P>
+flash_plan plan_keys(const attention_io& io, std::span<const kv::kv_tile<K, V>> past,
+                     const kv::kv_tile<P>* present) {
+  flash_plan plan;
+  plan.q_heads = io.q.extent(0), plan.q_len = io.q.extent(1), plan.dim = io.q.extent(2);
+  const std::size_t q_heads = plan.q_heads, q_len = plan.q_len, dim = plan.dim;
   if (dim == 0 || dim % simd::lanes != 0) {
     raise(error_code::unsupported, "flash_attention: head_dim ", dim,
           " is not a positive multiple of ", simd::lanes);
@@ -613,16 +694,15 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> 
     kv_heads = past.front().k.extent(0);
   else if (present != nullptr)
     kv_heads = present->k.extent(0);
-  // The keys are positions [kv_first, kv_len): the tiles' own positions, consecutive.
   const std::size_t kv_first =
       !past.empty() ? past.front().position : (present != nullptr ? present->position : 0);
   std::size_t kv_len = kv_first;
   for (const auto& t : past) {
-    detail::check_tile(t, kv_heads, dim, kv_len, "past tile");
+    check_tile(t, kv_heads, dim, kv_len, "past tile");
     kv_len += t.length();
   }
   if (present != nullptr) {
-    detail::check_tile(*present, kv_heads, dim, kv_len, "present tile");
+    check_tile(*present, kv_heads, dim, kv_len, "present tile");
     if (present->length() != q_len) {
       raise(error_code::invalid_shape, "flash_attention: present tile has ", present->length(),
             " keys for ", q_len, " queries");
@@ -633,102 +713,181 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> 
     raise(error_code::invalid_shape, "flash_attention: ", q_heads,
           " query heads are not a multiple of ", kv_heads, " KV heads");
   }
-  if (kv_len < mask.required_kv_length(q_len)) {
-    raise(error_code::invalid_shape, "flash_attention: KV has ", kv_len, " keys, the mask needs ",
-          mask.required_kv_length(q_len), " for ", q_len, " queries");
-  }
-  const std::size_t first_visible = first_visible_key(mask, 0);
-  if (q_len != 0 && first_visible < kv_first) {
-    raise(error_code::invalid_argument, "flash_attention: the KV starts at position ", kv_first,
-          " (the keys before it are gone) but the mask lets query 0 see keys from ", first_visible);
-  }
   if (io.softcap != 0.0f && !(io.softcap > 0.0f && std::isfinite(io.softcap))) {
     raise(error_code::invalid_argument, "flash_attention: softcap ", io.softcap,
           " must be 0 (off) or finite and > 0");
   }
-  if (q_len == 0 || q_heads == 0) return;
+  plan.kv_heads = kv_heads;
+  plan.kv_first = kv_first;
+  plan.kv_len = kv_len;
+  return plan;
+}
+
+// The item grid of a plan whose keys are known, for a mask whose first visible key (for query
+// 0) is first_visible. Decode (one query tile) splits the keys on a grid of absolute positions
+// (split_length keys each); the splits wholly before the first visible key hold nothing and are
+// not created (merging an empty partial changes nothing, so the results are the same).
+inline void plan_items(flash_plan& plan, std::size_t query_tile, std::size_t split_length,
+                       std::size_t first_visible) noexcept {
+  plan.group = plan.q_heads / plan.kv_heads;
+  plan.query_tile = query_tile;
+  plan.split_length = split_length;
+  plan.q_tiles = (plan.q_len + query_tile - 1) / query_tile;
+  plan.split = plan.q_tiles == 1 && plan.kv_len > split_length;
+  plan.first_split = plan.split ? std::min(first_visible, plan.kv_len) / split_length : 0;
+  plan.splits = plan.split
+                    ? std::max<std::size_t>(
+                          1, (plan.kv_len + split_length - 1) / split_length - plan.first_split)
+                    : 1;
+  plan.rows_per_item = plan.q_heads * std::min(plan.q_len, query_tile);
+}
+
+// Every row of a call without keys (kv_heads 0): zeros, lse -inf.
+inline void write_empty_rows(const attention_io& io) {
+  for (std::size_t h = 0; h < io.q.extent(0); ++h) {
+    for (std::size_t i = 0; i < io.q.extent(1); ++i) {
+      for (std::size_t d = 0; d < io.q.extent(2); ++d) io.out(h, i, d) = 0.0f;
+      if (io.lse.data_handle() != nullptr) io.lse(h, i) = neg_inf;
+    }
+  }
+}
+
+// An item's start: the thread's scratch sized for its rows, its queries times the scale (and
+// quantized to K's format for integer scores).
+template <class K, class V>
+item_scratch& begin_item(const attention_io& io, const flash_plan& plan, const item_rows& rows) {
+  item_scratch& s = thread_scratch();
+  s.prepare(rows.count(), plan.dim);
+  s.stream = plan.q_tiles == 1;
+  s.softcap = io.softcap;
+  for (std::size_t r = 0; r < rows.count(); ++r) {
+    const std::size_t h = rows.head(r), i = rows.query(r);
+    for (std::size_t d = 0; d < plan.dim; ++d) s.q[r * plan.dim + d] = io.q(h, i, d) * io.scale;
+  }
+  s.prepare_quantized<K, V>(rows.count(), plan.dim);
+  return s;
+}
+
+// An item's end: each row normalized into out (and lse), or, for a decode split, its partial
+// state (acc, m, l) into partials (splits, rows, D + 2) for merge_splits.
+inline void end_item(const attention_io& io, const flash_plan& plan, std::size_t item,
+                     const item_rows& rows, item_scratch& s, std::vector<float>& partials) {
+  const std::size_t dim = plan.dim;
+  for (std::size_t r = 0; r < rows.count(); ++r) {
+    if (plan.split) {
+      float* out = partials.data() + (item * plan.rows_per_item + r) * (dim + 2);
+      std::copy_n(s.acc.data() + r * dim, dim, out);
+      out[dim] = s.m[r];
+      out[dim + 1] = s.row_sum(r);
+    } else {
+      softmax_state state(s.m[r], s.row_sum(r), std::span<float>(s.acc.data() + r * dim, dim));
+      state.normalize();
+      const std::size_t h = rows.head(r), i = rows.query(r);
+      for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = s.acc[r * dim + d];
+      if (io.lse.data_handle() != nullptr) io.lse(h, i) = state.lse();
+    }
+  }
+}
+
+// Merges each row's partial states in split order (deterministic), then normalizes.
+inline void merge_splits(const attention_io& io, const flash_plan& plan,
+                         std::vector<float>& partials) {
+  const std::size_t dim = plan.dim;
+  std::vector<float> acc(dim);
+  const item_rows rows{plan.kv_heads, plan.group, 0, plan.q_len};
+  // (Splits before first_split would be empty states: merging them changes nothing.)
+  for (std::size_t r = 0; r < rows.count(); ++r) {
+    softmax_state total{std::span<float>(acc)};
+    for (std::size_t part = 0; part < plan.splits; ++part) {
+      float* p = partials.data() + (part * plan.rows_per_item + r) * (dim + 2);
+      total.merge(softmax_state(p[dim], p[dim + 1], std::span<float>(p, dim)));
+    }
+    total.normalize();
+    const std::size_t h = rows.head(r), i = rows.query(r);
+    for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = acc[d];
+    if (io.lse.data_handle() != nullptr) io.lse(h, i) = total.lse();
+  }
+}
+
+// A quantized past's present tile in the past's formats (quantized here, once), so a chunk's
+// keys score the same as the present as when they come back from the cache: the past's tiles
+// and that one, into tiles (the quantized rows in qk, qv).
+template <kv::kv_element K, kv::kv_element V, storage_type P>
+void quantized_present(std::span<const kv::kv_tile<K, V>> past, const kv::kv_tile<P>& present,
+                       std::size_t dim, std::vector<K>& qk, std::vector<V>& qv,
+                       std::vector<kv::kv_tile<K, V>>& tiles) {
+  const std::size_t kv_heads = present.k.extent(0), n = present.length();
+  const std::size_t ku = dim / kv::unit_elements<K>, vu = dim / kv::unit_elements<V>;
+  qk.resize(kv_heads * n * ku);
+  qv.resize(kv_heads * n * vu);
+  std::vector<float> row(dim);
+  for (std::size_t h = 0; h < kv_heads; ++h) {
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t d = 0; d < dim; ++d) row[d] = to_float(present.k(h, i, d));
+      kv::quantize_row<K>(row.data(), dim, qk.data() + (h * n + i) * ku);
+      for (std::size_t d = 0; d < dim; ++d) row[d] = to_float(present.v(h, i, d));
+      kv::quantize_row<V>(row.data(), dim, qv.data() + (h * n + i) * vu);
+    }
+  }
+  tiles.assign(past.begin(), past.end());
+  tiles.push_back({kv::make_kv_view<const K>(qk.data(), kv_heads, n, ku, n * ku),
+                   kv::make_kv_view<const V>(qv.data(), kv_heads, n, vu, n * vu),
+                   present.position});
+}
+
+// flash_attention over explicit tiles (below), its policy erased. What depends on the mask is
+// only this: the checks it adds, where each item's walk starts and which sub-tiles it visits
+// (process_tile); plan, items' start and end, the kernels and the merge are shared by all masks.
+template <flash_policy Tiles, kv::kv_element K, kv::kv_element V, storage_type P, mask_policy Mask>
+void flash_tiles(const attention_io& io, std::span<const kv::kv_tile<K, V>> past,
+                 const kv::kv_tile<P>* present, const Mask& mask, erased_policy policy) {
+  flash_plan plan = plan_keys(io, past, present);
+  const std::size_t q_len = plan.q_len;
+  if (plan.kv_len < mask.required_kv_length(q_len)) {
+    raise(error_code::invalid_shape, "flash_attention: KV has ", plan.kv_len,
+          " keys, the mask needs ", mask.required_kv_length(q_len), " for ", q_len, " queries");
+  }
+  const std::size_t first_visible = first_visible_key(mask, 0);
+  if (q_len != 0 && first_visible < plan.kv_first) {
+    raise(error_code::invalid_argument, "flash_attention: the KV starts at position ",
+          plan.kv_first, " (the keys before it are gone) but the mask lets query 0 see keys from ",
+          first_visible);
+  }
+  if (q_len == 0 || plan.q_heads == 0) return;
   if constexpr (kv::quantized_kv_element<K> || kv::quantized_kv_element<V>) {
-    // A quantized past: the present tile is read in the past's formats (quantized here, once),
-    // so a chunk's keys score the same as the present as when they come back from the cache.
     if (present != nullptr) {
-      const std::size_t n = present->length();
-      const std::size_t ku = dim / kv::unit_elements<K>, vu = dim / kv::unit_elements<V>;
-      std::vector<K> qk(kv_heads * n * ku);
-      std::vector<V> qv(kv_heads * n * vu);
-      std::vector<float> row(dim);
-      for (std::size_t h = 0; h < kv_heads; ++h) {
-        for (std::size_t i = 0; i < n; ++i) {
-          for (std::size_t d = 0; d < dim; ++d) row[d] = to_float(present->k(h, i, d));
-          kv::quantize_row<K>(row.data(), dim, qk.data() + (h * n + i) * ku);
-          for (std::size_t d = 0; d < dim; ++d) row[d] = to_float(present->v(h, i, d));
-          kv::quantize_row<V>(row.data(), dim, qv.data() + (h * n + i) * vu);
-        }
-      }
-      std::vector<kv::kv_tile<K, V>> tiles(past.begin(), past.end());
-      tiles.push_back({kv::make_kv_view<const K>(qk.data(), kv_heads, n, ku, n * ku),
-                       kv::make_kv_view<const V>(qv.data(), kv_heads, n, vu, n * vu),
-                       present->position});
-      flash_attention<Tiles>(io, std::span<const kv::kv_tile<K, V>>(tiles),
-                             static_cast<const kv::kv_tile<float>*>(nullptr), mask, policy);
+      std::vector<K> qk;
+      std::vector<V> qv;
+      std::vector<kv::kv_tile<K, V>> tiles;
+      quantized_present(past, *present, plan.dim, qk, qv, tiles);
+      flash_tiles<Tiles>(io, std::span<const kv::kv_tile<K, V>>(tiles),
+                         static_cast<const kv::kv_tile<float>*>(nullptr), mask, policy);
       return;
     }
   }
-  if (kv_heads == 0) {  // no keys at all: every row is empty
-    for (std::size_t h = 0; h < q_heads; ++h) {
-      for (std::size_t i = 0; i < q_len; ++i) {
-        for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = 0.0f;
-        if (io.lse.data_handle() != nullptr) io.lse(h, i) = neg_inf;
-      }
-    }
+  if (plan.kv_heads == 0) {  // no keys at all: every row is empty
+    write_empty_rows(io);
     return;
   }
+  plan_items(plan, Tiles::query_tile, Tiles::split_length, first_visible);
+  std::vector<std::size_t> item_reads(io.stats != nullptr ? plan.items() : 0);
+  std::vector<float> partials(plan.split ? plan.items() * plan.rows_per_item * (plan.dim + 2) : 0);
 
-  const std::size_t group = q_heads / kv_heads;
-  const std::size_t q_tiles = (q_len + Tiles::query_tile - 1) / Tiles::query_tile;
-  // Decode splits lie on a grid of absolute positions (split_length keys each); those wholly
-  // before the first visible key hold nothing and are not created (merging an empty partial
-  // changes nothing, so the results are the same).
-  const bool split = q_tiles == 1 && kv_len > Tiles::split_length;
-  const std::size_t first_split = split ? std::min(first_visible, kv_len) / Tiles::split_length : 0;
-  const std::size_t splits =
-      split ? std::max<std::size_t>(
-                  1, (kv_len + Tiles::split_length - 1) / Tiles::split_length - first_split)
-            : 1;
-  const std::size_t items = q_tiles * splits;
-  std::vector<std::size_t> item_reads(io.stats != nullptr ? items : 0);
-
-  // Split partials: (splits, rows, D + 2) holding acc, m, l of every row.
-  const std::size_t rows_per_item = q_heads * std::min(q_len, Tiles::query_tile);
-  std::vector<float> partials(split ? items * rows_per_item * (dim + 2) : 0);
-
-  policy.parallel_for(items, [&](std::size_t item) {
-    const std::size_t part = item % splits;
-    const std::size_t qt = item / splits;
-    const detail::item_rows rows{kv_heads, group, qt * Tiles::query_tile,
-                                 std::min(q_len, (qt + 1) * Tiles::query_tile)};
-    const std::size_t key_begin = split ? (first_split + part) * Tiles::split_length : 0;
-    const std::size_t key_end = split ? std::min(kv_len, key_begin + Tiles::split_length) : kv_len;
+  auto run_item = [&](std::size_t item) {
+    const item_rows rows = plan.rows(item);
+    const std::size_t key_begin = plan.key_begin(item), key_end = plan.key_end(item);
     // Nothing before this is visible to the item's rows.
     const std::size_t item_first = std::max(key_begin, first_visible_key(mask, rows.q_begin));
-
-    detail::item_scratch& s = detail::thread_scratch();
-    s.prepare(rows.count(), dim);
-    s.stream = q_tiles == 1;
-    s.softcap = io.softcap;
-    for (std::size_t r = 0; r < rows.count(); ++r) {
-      const std::size_t h = rows.head(r), i = rows.query(r);
-      for (std::size_t d = 0; d < dim; ++d) s.q[r * dim + d] = io.q(h, i, d) * io.scale;
-    }
-    s.prepare_quantized<K, V>(rows.count(), dim);
+    item_scratch& s = begin_item<K, V>(io, plan, rows);
     // Tiles overlapping [item_first, key_end), clipped to [key_begin, key_end) and started
     // on their grid at item_first.
     auto run = [&](const auto& tile) {
       const std::size_t t0 = tile.position, t1 = tile.position + tile.length();
       if (t1 <= item_first || t0 >= key_end) return;
-      const std::size_t begin = detail::walk_start(std::max(t0, key_begin), item_first);
+      const std::size_t begin = walk_start(std::max(t0, key_begin), item_first);
       const std::size_t end = std::min(t1, key_end);
       if (mask.classify(rows.q_begin, rows.q_end, begin, end) == tile_visibility::hidden) return;
-      detail::process_tile(rows, tile, begin - t0, end - t0, dim, mask, s);
+      process_tile(rows, tile, begin - t0, end - t0, plan.dim, mask, s);
     };
     // Past tiles in order, from the first one that reaches item_first (binary search).
     auto first = std::partition_point(past.begin(), past.end(), [&](const auto& t) {
@@ -737,43 +896,25 @@ void flash_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> 
     for (auto it = first; it != past.end() && it->position < key_end; ++it) run(*it);
     if (present != nullptr) run(*present);
     if (io.stats != nullptr) item_reads[item] = s.keys_read;
-
-    for (std::size_t r = 0; r < rows.count(); ++r) {
-      if (split) {
-        float* out = partials.data() + (item * rows_per_item + r) * (dim + 2);
-        std::copy_n(s.acc.data() + r * dim, dim, out);
-        out[dim] = s.m[r];
-        out[dim + 1] = s.row_sum(r);
-      } else {
-        softmax_state state(s.m[r], s.row_sum(r), std::span<float>(s.acc.data() + r * dim, dim));
-        state.normalize();
-        const std::size_t h = rows.head(r), i = rows.query(r);
-        for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = s.acc[r * dim + d];
-        if (io.lse.data_handle() != nullptr) io.lse(h, i) = state.lse();
-      }
-    }
-  });
+    end_item(io, plan, item, rows, s, partials);
+  };
+  policy.parallel_for(plan.items(), run_item);
 
   if (io.stats != nullptr) {
     for (std::size_t n : item_reads) io.stats->keys_read += n;
     ++io.stats->calls;
   }
-  if (!split) return;
-  // Merge each row's partial states in split order (deterministic), then normalize.
-  std::vector<float> acc(dim);
-  const detail::item_rows rows{kv_heads, group, 0, q_len};
-  // (Splits before first_split would be empty states: merging them changes nothing.)
-  for (std::size_t r = 0; r < rows.count(); ++r) {
-    softmax_state total{std::span<float>(acc)};
-    for (std::size_t part = 0; part < splits; ++part) {
-      float* p = partials.data() + (part * rows_per_item + r) * (dim + 2);
-      total.merge(softmax_state(p[dim], p[dim + 1], std::span<float>(p, dim)));
-    }
-    total.normalize();
-    const std::size_t h = rows.head(r), i = rows.query(r);
-    for (std::size_t d = 0; d < dim; ++d) io.out(h, i, d) = acc[d];
-    if (io.lse.data_handle() != nullptr) io.lse(h, i) = total.lse();
-  }
+  if (plan.split) merge_splits(io, plan, partials);
+}
+
+}  // namespace detail
+
+// Flash attention over explicit tiles. See the top of this file for shapes.
+template <flash_policy Tiles = flash<>, kv::kv_element K, kv::kv_element V, storage_type P = float,
+          mask_policy Mask = no_mask, threading_policy Policy = serial>
+void flash_attention(const attention_io& io, std::span<const kv::kv_tile<K, V>> past,
+                     const kv::kv_tile<P>* present, const Mask& mask, const Policy& policy = {}) {
+  detail::flash_tiles<Tiles>(io, past, present, mask, detail::erased_policy::of(policy));
 }
 
 // Flash attention over a KV source (contiguous cache, block table, split-into-blocks view,
@@ -803,26 +944,39 @@ void flash_attention(const attention_io& io, const Source& source, std::size_t l
   flash_attention<Tiles>(io, std::span<const tile_type>(tiles), present, mask, policy);
 }
 
-// The tile kernels a model pipeline runs (default tiles, f32 present, a sliding window with or
-// without padding: dynamic_attention's masks, a pool policy) for every KV element type and
-// kv::mixed<q8_0, q4_0>,
-// instantiated once for a whole program, as ops/quant_linear.hpp does for the quantized linear:
-// one translation unit defines NPULLM_FLASH_KERNELS_INSTANTIATE before including this header,
-// the others NPULLM_FLASH_KERNELS_EXTERN, all built with the same -march (npullm_kernels in
-// CMakeLists.txt). Other instantiations compile in the caller as usual.
+// The sub-tile kernels of every KV format (detail::key_scores, detail::value_products: no
+// mask, no policy, so they serve any pair of formats and any mask), and the drivers a model
+// pipeline runs (default tiles, f32 present, a sliding window with or without padding:
+// dynamic_attention's masks), instantiated once for a whole program, as ops/quant_linear.hpp
+// does for the quantized linear: one translation unit defines NPULLM_FLASH_KERNELS_INSTANTIATE
+// before including this header, the others NPULLM_FLASH_KERNELS_EXTERN, all built with the
+// same -march (npullm_kernels in CMakeLists.txt; core/isa.hpp). Other masks' drivers compile
+// in the caller as usual, over the same kernels.
 #if defined(NPULLM_FLASH_KERNELS_INSTANTIATE) || defined(NPULLM_FLASH_KERNELS_EXTERN)
 #if defined(NPULLM_FLASH_KERNELS_INSTANTIATE)
 #define NPULLM_FK_EXTERN_
 #else
 #define NPULLM_FK_EXTERN_ extern
 #endif
+#define NPULLM_FK_FORMAT_(T)                                                                       \
+  NPULLM_FK_EXTERN_ template void detail::key_scores<T>(                                           \
+      const detail::item_rows&, std::size_t, std::size_t, const T*, std::size_t, std::size_t,      \
+      tile_visibility, detail::item_scratch&);                                                     \
+  NPULLM_FK_EXTERN_ template void detail::value_products<T>(const detail::item_rows&, std::size_t, \
+                                                            std::size_t, const T*, std::size_t,    \
+                                                            std::size_t, detail::item_scratch&);
 #define NPULLM_FK_MASK_(K, V, M)                                                          \
-  NPULLM_FK_EXTERN_ template void flash_attention<flash<>, K, V, float, M, pool_policy>(  \
+  NPULLM_FK_EXTERN_ template void detail::flash_tiles<flash<>, K, V, float, M>(           \
       const attention_io&, std::span<const kv::kv_tile<K, V>>, const kv::kv_tile<float>*, \
-      const M&, const pool_policy&);
+      const M&, detail::erased_policy);
 #define NPULLM_FK_(K, V) \
   NPULLM_FK_MASK_(K, V, sliding_window) NPULLM_FK_MASK_(K, V, NPULLM_FK_WINDOW_PADDING_)
 #define NPULLM_FK_WINDOW_PADDING_ all_of<sliding_window, padding>
+NPULLM_FK_FORMAT_(float)
+NPULLM_FK_FORMAT_(float16)
+NPULLM_FK_FORMAT_(bfloat16)
+NPULLM_FK_FORMAT_(kv::q8_0)
+NPULLM_FK_FORMAT_(kv::q4_0)
 NPULLM_FK_(float, float)
 NPULLM_FK_(float16, float16)
 NPULLM_FK_(bfloat16, bfloat16)
@@ -832,6 +986,7 @@ NPULLM_FK_(kv::q8_0, kv::q4_0)
 #undef NPULLM_FK_WINDOW_PADDING_
 #undef NPULLM_FK_
 #undef NPULLM_FK_MASK_
+#undef NPULLM_FK_FORMAT_
 #undef NPULLM_FK_EXTERN_
 #endif
 

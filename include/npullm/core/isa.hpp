@@ -58,3 +58,26 @@ inline std::string_view isa_name() noexcept {
 
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm
+
+// Precompiled kernels (CMake: npullm::kernels; npullm's own programs: npullm_kernels_<isa>).
+// A kernel library built for one ISA defines NPULLM_KERNELS_<namespace>=1 for its users (e.g.
+// NPULLM_KERNELS_avx2=1): a translation unit built for that ISA then takes the kernels it would
+// otherwise compile itself (the quantized linear, the dense linear, flash attention's sub-tile
+// kernels and pipeline drivers) as extern templates. One built for an ISA no linked library
+// has compiles them itself, so every -march links. The _INSTANTIATE side (the libraries' own
+// sources) is left alone.
+#define NPULLM_KERNELS_FOR_ISA_(ns) NPULLM_KERNELS_##ns
+#define NPULLM_KERNELS_FOR_ISA(ns) NPULLM_KERNELS_FOR_ISA_(ns)
+#if NPULLM_KERNELS_FOR_ISA(NPULLM_ISA_NAMESPACE)
+#if !defined(NPULLM_QUANT_KERNELS_INSTANTIATE) && !defined(NPULLM_QUANT_KERNELS_EXTERN)
+#define NPULLM_QUANT_KERNELS_EXTERN 1
+#endif
+#if !defined(NPULLM_LINEAR_KERNELS_INSTANTIATE) && !defined(NPULLM_LINEAR_KERNELS_EXTERN)
+#define NPULLM_LINEAR_KERNELS_EXTERN 1
+#endif
+#if !defined(NPULLM_FLASH_KERNELS_INSTANTIATE) && !defined(NPULLM_FLASH_KERNELS_EXTERN)
+#define NPULLM_FLASH_KERNELS_EXTERN 1
+#endif
+#endif
+#undef NPULLM_KERNELS_FOR_ISA
+#undef NPULLM_KERNELS_FOR_ISA_
