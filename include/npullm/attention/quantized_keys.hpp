@@ -45,12 +45,9 @@
 #include <emmintrin.h>
 #endif
 
+// Everything here is the ISA's (core/isa.hpp): the integer kernels, and the query's
+// quantization, a loop the compiler vectorizes per ISA.
 namespace npullm::attention {
-
-// x = qd qq per 32 elements (qd = max |x| / 127, qq = round(x / qd)): the values of a query row
-// that scores against quantized keys correspond to (n a multiple of 32).
-inline void query_round_trip(float* x, std::size_t n) noexcept;
-
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
 
@@ -78,11 +75,6 @@ inline constexpr bool vnni = false;
 template <kv::quantized_kv_element T>
 inline constexpr std::int32_t key_offset = std::same_as<T, kv::q4_0> ? 8 : (vnni ? 128 : 0);
 
-}  // namespace detail
-}  // namespace NPULLM_ISA_NAMESPACE
-
-namespace detail {
-
 // One unit of a query row: codes, f32 scale (not f16: it is never stored) and sum of codes.
 inline float quantize_query_unit(const float* x, std::int8_t* q, std::int32_t& sum) noexcept {
   float amax = 0.0f;
@@ -98,6 +90,8 @@ inline float quantize_query_unit(const float* x, std::int8_t* q, std::int32_t& s
 
 }  // namespace detail
 
+// x = qd qq per 32 elements (qd = max |x| / 127, qq = round(x / qd)): the values of a query row
+// that scores against quantized keys correspond to (n a multiple of 32).
 inline void query_round_trip(float* x, std::size_t n) noexcept {
   std::int8_t q[32];
   std::int32_t sum = 0;
@@ -107,7 +101,6 @@ inline void query_round_trip(float* x, std::size_t n) noexcept {
   }
 }
 
-inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
 
 // A row of n elements (n / 32 units) -> unit u's codes at q + u * rows * 32, its scale at
