@@ -477,3 +477,8 @@ inline void quantized_scores(const std::int8_t* q, const float* d, const std::in
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::attention
+
+// The macros that select the kernels above are this header's alone.
+#undef NPULLM_QK_AVX512
+#undef NPULLM_QK_AVX2
+#undef NPULLM_QK_VNNI

@@ -19,6 +19,13 @@
 #include "npullm/ops/rope.hpp"
 #include "npullm/ops/softmax.hpp"
 
+// The kernel headers' own helper macros end with them (core/isa.hpp's NPULLM_ISA_* are the
+// interface, and stay).
+#if defined(NPULLM_QUANT_VNNI512) || defined(NPULLM_QUANT_VNNI256) || defined(NPULLM_QK_AVX512) || \
+    defined(NPULLM_QK_AVX2) || defined(NPULLM_QK_VNNI)
+#error "a helper macro of ops/quant_linear/ or attention/quantized_keys.hpp leaked"
+#endif
+
 namespace isa_mix {
 namespace {
 

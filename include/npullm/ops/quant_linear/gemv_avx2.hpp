@@ -5,6 +5,8 @@
 
 #include "npullm/ops/quant_linear/activations.hpp"
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
@@ -718,3 +720,5 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"
