@@ -295,7 +295,7 @@ inline void convert(std::span<const float> in, std::span<bfloat16> out) {
           _mm512_and_si512(_mm512_maskz_srli_epi32(0xFFFF, u, 16), _mm512_set1_epi32(1));
       const __m512i rounded = _mm512_maskz_srli_epi32(
           0xFFFF, _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-      h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(rounded));
+      h = _mm256_mask_mov_epi16(h, denormal, _mm512_maskz_cvtepi32_epi16(0xFFFF, rounded));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.data() + i), h);
   }

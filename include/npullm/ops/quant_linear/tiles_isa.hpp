@@ -57,7 +57,7 @@ struct tile_avx512 {
     return cvt(_mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
   static f s8(const void* p) noexcept {
-    return cvt(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+    return cvt(_mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
   static f loadf(const float* p) noexcept { return _mm512_loadu_ps(p); }
   static f set1f(float v) noexcept { return _mm512_set1_ps(v); }
