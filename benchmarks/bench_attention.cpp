@@ -45,8 +45,13 @@ using npullm::kv::kv_tile;
 struct head_shape {
   std::size_t q_heads, kv_heads, dim;
   std::string name() const {
-    return "h" + std::to_string(q_heads) + "x" + std::to_string(kv_heads) + "/d" +
-           std::to_string(dim);
+    std::string out = "h";  // (appended: GCC 12 warns, wrongly, -Wrestrict on "h" + std::string)
+    out += std::to_string(q_heads);
+    out += "x";
+    out += std::to_string(kv_heads);
+    out += "/d";
+    out += std::to_string(dim);
+    return out;
   }
 };
 
