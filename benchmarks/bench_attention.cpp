@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,13 @@ using npullm::kv::kv_tile;
 struct head_shape {
   std::size_t q_heads, kv_heads, dim;
   std::string name() const {
-    return "h" + std::to_string(q_heads) + "x" + std::to_string(kv_heads) + "/d" +
-           std::to_string(dim);
+    std::string out = "h";  // (appended: GCC 12 warns, wrongly, -Wrestrict on "h" + std::string)
+    out += std::to_string(q_heads);
+    out += "x";
+    out += std::to_string(kv_heads);
+    out += "/d";
+    out += std::to_string(dim);
+    return out;
   }
 };
 
@@ -263,8 +269,12 @@ std::string dtype_name() {
   if constexpr (npullm::kv::kv_element<T>) {
     return std::string(npullm::kv::kv_element_name<T>());
   } else {
-    return "k" + dtype_name<npullm::kv::key_format_t<T>>() + "v" +
-           dtype_name<npullm::kv::value_format_t<T>>();
+    // (Appended: GCC 12 warns, wrongly, -Wrestrict on "literal" + std::string.)
+    std::string out = "k";
+    out += dtype_name<npullm::kv::key_format_t<T>>();
+    out += "v";
+    out += dtype_name<npullm::kv::value_format_t<T>>();
+    return out;
   }
 }
 
@@ -280,13 +290,17 @@ void register_decode(const head_shape& hs) {
       if (quantized && block == 256) continue;
       for (bool cold : {false, true}) {
         for (std::size_t threads : nb::thread_counts()) {
-          const std::string name = "attention_decode/" + hs.name() + "/kv" +
-                                   std::to_string(kv_len) + "/" + dtype_name<T>() + "/" +
-                                   (block == 0 ? "contiguous" : "block" + std::to_string(block)) +
-                                   "/" + (cold ? "cold" : "hot") +
-                                   "/threads:" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), decode_benchmark<T>, hs, kv_len, block, cold,
-                                       threads)
+          std::ostringstream name;  // (not "literal" + std::string: GCC 12's -Wrestrict)
+          name << "attention_decode/" << hs.name() << "/kv" << kv_len << "/" << dtype_name<T>()
+               << "/";
+          if (block == 0) {
+            name << "contiguous";
+          } else {
+            name << "block" << block;
+          }
+          name << "/" << (cold ? "cold" : "hot") << "/threads:" << threads;
+          benchmark::RegisterBenchmark(name.str().c_str(), decode_benchmark<T>, hs, kv_len, block,
+                                       cold, threads)
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.2);
         }

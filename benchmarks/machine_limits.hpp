@@ -66,6 +66,18 @@ struct machine_limits {
 
 namespace detail {
 
+// The sum of a vector's lanes, through memory (outside the timed loops): GCC 12's
+// _mm512_reduce_add_* pass an undefined operand to their extracts, which it then reports under
+// -Wall (-Wuninitialized, GCC bug 105593).
+template <class T, class V>
+T lane_sum(const V& v) {
+  T lanes[sizeof(V) / sizeof(T)];
+  std::memcpy(lanes, &v, sizeof v);
+  T sum{};
+  for (T x : lanes) sum += x;
+  return sum;
+}
+
 using clock = std::chrono::steady_clock;
 
 // Runs body(t) on `threads` threads at once; returns the slowest thread's seconds.
@@ -101,7 +113,7 @@ std::uint64_t read_sum(const std::uint64_t* p, std::size_t n) {
     }
   }
   for (int k = 1; k < streams; ++k) acc[0] = _mm512_add_epi64(acc[0], acc[k]);
-  return static_cast<std::uint64_t>(_mm512_reduce_add_epi64(acc[0]));
+  return static_cast<std::uint64_t>(lane_sum<std::int64_t>(acc[0]));
 #elif defined(__AVX2__)
   __m256i acc[streams];
   for (auto& a : acc) a = _mm256_setzero_si256();
@@ -138,7 +150,7 @@ inline double fma_loop(std::size_t iterations, float* sink) {
   }
   __m512 total = acc[0];
   for (int k = 1; k < 12; ++k) total = _mm512_add_ps(total, acc[k]);
-  *sink += _mm512_reduce_add_ps(total);
+  *sink += lane_sum<float>(total);
   return 2.0 * lanes * 12 * static_cast<double>(iterations);
 #elif defined(__FMA__)
   constexpr int lanes = 8;
@@ -203,7 +215,7 @@ inline double bf16_dot_loop(std::size_t iterations, float* sink) {
   }
   __m512 total = acc[0];
   for (int k = 1; k < 12; ++k) total = _mm512_add_ps(total, acc[k]);
-  *sink += _mm512_reduce_add_ps(total);
+  *sink += lane_sum<float>(total);
   return 64.0 * 12 * static_cast<double>(iterations);
 #else
   (void)iterations;
@@ -224,9 +236,10 @@ inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
   }
   __m512i total = acc[0];
   for (int k = 1; k < 12; ++k) total = _mm512_add_epi32(total, acc[k]);
-  *sink += _mm512_reduce_add_epi32(total);
+  *sink += lane_sum<std::int32_t>(total);
   return 2.0 * 64 * 12 * static_cast<double>(iterations);
-#elif defined(__AVX2__) && (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
+#elif defined(__AVX2__) && \
+    (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
   __m256i acc[12];
   for (int k = 0; k < 12; ++k) acc[k] = _mm256_set1_epi32(k + 1);
   const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
@@ -288,9 +301,8 @@ inline double measure_int8_peak(std::size_t threads, int repetitions = 5) {
   double best = 0;
   for (int r = 0; r < repetitions; ++r) {
     std::vector<double> ops(threads);
-    const double s = detail::timed_on_all_threads(pool, threads, [&](std::size_t t) {
-      ops[t] = detail::int8_dot_loop(2'000'000, &sink[t]);
-    });
+    const double s = detail::timed_on_all_threads(
+        pool, threads, [&](std::size_t t) { ops[t] = detail::int8_dot_loop(2'000'000, &sink[t]); });
     best = std::max(best, ops[0] * static_cast<double>(threads) / s / 1e9);
   }
   volatile std::int32_t keep = 0;

@@ -20,6 +20,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,10 +74,12 @@ struct flash_case {
   std::string label() const {
     char cap[48] = "";
     if (softcap > 0) std::snprintf(cap, sizeof cap, " cap%g gain%g", softcap, q_gain);
-    return "q" + std::to_string(q_len) + " past" + std::to_string(past_len) + " d" +
-           std::to_string(dim) + " h" + std::to_string(q_heads) + "/" + std::to_string(kv_heads) +
-           " " + name(mask) + " " + name(source) + " " + name(dtype) +
-           (present ? " +present" : "") + cap;
+    // (A stream: GCC 12 warns, wrongly, -Wrestrict on "literal" + std::string.)
+    std::ostringstream out;
+    out << "q" << q_len << " past" << past_len << " d" << dim << " h" << q_heads << "/" << kv_heads
+        << " " << name(mask) << " " << name(source) << " " << name(dtype)
+        << (present ? " +present" : "") << cap;
+    return out.str();
   }
   std::size_t total() const { return past_len + (present ? q_len : 0); }
   // Largest max |flash - reference over the stored values| allowed: 1e-5, or 8 eps cap with a cap

@@ -33,7 +33,9 @@ TEST(PyramidPlan, SelectsTheSmallestVariantAtEveryBoundary) {
       EXPECT_EQ(plan.select(i * q - 1, 1).index, q == 1 ? i - 1 : i) << "q " << q << " i " << i;
       EXPECT_EQ(plan.select(i * q, 1).index, i);
       EXPECT_EQ(plan.select(i * q, q).past_capacity, i * q);
-      if (i < 7) EXPECT_EQ(plan.select(i * q + 1, 1).index, i + 1);
+      if (i < 7) {
+        EXPECT_EQ(plan.select(i * q + 1, 1).index, i + 1);
+      }
     }
     expect_error([&] { (void)plan.select(7 * q + 1, 1); }, error_code::capacity_exhausted,
                  "context capacity " + std::to_string(8 * q));
@@ -226,7 +228,9 @@ TEST(LadderedCache, GrowsKeepingEveryByteAndStopsAtTheTop) {
   for (std::size_t pos = 0; pos < 40; ++pos) {
     const std::size_t rung = c.rung();
     EXPECT_EQ(c.append(1), pos);
-    if (pos == 6 || pos == 10 || pos == 18 || pos == 34) EXPECT_EQ(c.rung(), rung + 1) << pos;
+    if (pos == 6 || pos == 10 || pos == 18 || pos == 34) {
+      EXPECT_EQ(c.rung(), rung + 1) << pos;
+    }
     for (std::size_t layer = 0; layer < 2; ++layer) {
       for (std::size_t part = 0; part < 2; ++part) {
         auto t = c.cache().token_kv(pos, layer, static_cast<kv_part>(part));

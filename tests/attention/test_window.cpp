@@ -145,7 +145,9 @@ TEST(Window, DecodeAt8kReadsOnlyTheWindow) {
       // exactly the window's 4096 at 8191 (first visible 4096).
       const std::size_t first = position + 1 - window;
       EXPECT_EQ(stats.keys_read, p.kv_heads * (position + 1 - first / 16 * 16));
-      if (position == 8191) EXPECT_EQ(stats.keys_read, p.kv_heads * window);
+      if (position == 8191) {
+        EXPECT_EQ(stats.keys_read, p.kv_heads * window);
+      }
       EXPECT_EQ(stats.calls, 1u);
       // The same mask without the hint reads nothing more (the skipped sub-tiles were hidden
       // anyway) and gives the same bits; a causal mask reads the whole context.
@@ -294,7 +296,9 @@ TEST(Window, RingEqualsContiguousWithAWindowMask) {
       flash_attention(attention_io{step.q.view(), got_written.view(), {}, step.scale()}, ring, 0,
                       static_cast<const kv_tile<float>*>(nullptr), mask);
       ASSERT_TRUE(same_bits(want_written, got_written)) << "window " << window << " at " << pos;
-      if (pos > 200) EXPECT_LE(max_abs_diff(got, step.reference(mask)), 1e-5);
+      if (pos > 200) {
+        EXPECT_LE(max_abs_diff(got, step.reference(mask)), 1e-5);
+      }
       pos += n;
       ++steps;
     }

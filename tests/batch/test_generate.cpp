@@ -385,7 +385,9 @@ TEST(GeneratorSampling, StreamedTextKeepsUtf8CharactersWhole) {
   std::size_t held = 0;  // calls that held bytes back
   r.on_text = [&](std::string_view piece, bool finished) {
     streamed += piece;
-    if (!finished) EXPECT_EQ(incomplete_utf8_tail(streamed), 0u) << streamed.size();
+    if (!finished) {
+      EXPECT_EQ(incomplete_utf8_tail(streamed), 0u) << streamed.size();
+    }
   };
   lm_t lm(tiny_weights(), {.max_sequence = 512});
   generator<lm_t> g(lm);

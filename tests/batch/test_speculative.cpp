@@ -333,7 +333,8 @@ TEST(Speculative, BadArgumentsLeaveTheTargetAsItWas) {
   expect_error(
       [&] {
         model::medusa_head<float>(f.view<float, 1>("model.norm.weight"),
-                           f.view<float, 2>("model.embed_tokens.weight"), 1e-6f, std::move(w));
+                                  f.view<float, 2>("model.embed_tokens.weight"), 1e-6f,
+                                  std::move(w));
       },
       error_code::invalid_shape, "medusa_head: head 0 is [128, 64], not (128, 128)");
 }
@@ -405,8 +406,9 @@ TEST(Speculative, SampledWithEveryDraftKind) {
     for (auto t : out) EXPECT_TRUE(t >= 0 && t < 512) << name;
     EXPECT_EQ(speculative_generate_sampled(target, draft, p, 24, 3, cfg, 7), out) << name;
     // Proposals drawn from (almost exactly) the target's own distribution: nearly all accepted.
-    if (std::string(name) == "twin model" || std::string(name) == "self, all layers")
+    if (std::string(name) == "twin model" || std::string(name) == "self, all layers") {
       EXPECT_GE(s.acceptance(), 0.9) << name;
+    }
     (void)a;
     // The sampled path with a greedy sampler is greedy decoding.
     EXPECT_EQ(speculative_generate_sampled(target, draft, p, new_tokens, 3, {}, 7),

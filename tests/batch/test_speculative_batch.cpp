@@ -104,14 +104,22 @@ TEST(SpeculativeGenerator, GreedyEqualsPlainBatchForEveryDraftKind) {
       const auto& s = g.stats();
       EXPECT_GT(s.proposed, 0u) << name;
       EXPECT_GE(s.max_running, 4u) << name;  // they really ran together
-      if (a == acceptance::all) EXPECT_EQ(s.accepted, s.proposed) << name << ", k " << k;
-      if (a == acceptance::none) EXPECT_EQ(s.accepted, 0u) << name << ", k " << k;
+      if (a == acceptance::all) {
+        EXPECT_EQ(s.accepted, s.proposed) << name << ", k " << k;
+      }
+      if (a == acceptance::none) {
+        EXPECT_EQ(s.accepted, 0u) << name << ", k " << k;
+      }
       // A step emits each running sequence's accepted proposals and one token (the first
       // token comes from the prefill): the longest request sets the number of steps.
       std::size_t longest = 0;
       for (const auto& r : ref().requests) longest = std::max(longest, r.max_new_tokens - 1);
-      if (a == acceptance::none) EXPECT_EQ(s.steps, longest) << name;
-      if (a == acceptance::all) EXPECT_EQ(s.steps, (longest + k) / (k + 1)) << name;
+      if (a == acceptance::none) {
+        EXPECT_EQ(s.steps, longest) << name;
+      }
+      if (a == acceptance::all) {
+        EXPECT_EQ(s.steps, (longest + k) / (k + 1)) << name;
+      }
       EXPECT_EQ(lm.kv_pool().free_count(), lm.kv_pool().total_count()) << name;
     });
   }
@@ -217,7 +225,9 @@ TEST(SpeculativeGenerator, SampledRequestsBesideGreedyOnes) {
   EXPECT_EQ(run(b, rs), first);  // seeded: the same tokens again
   for (std::size_t i = 0; i < rs.size(); ++i) {
     EXPECT_EQ(first[i].size(), rs[i].max_new_tokens);
-    if (i % 2 == 0) EXPECT_EQ(first[i], ref().batched[i]) << "greedy request " << i;
+    if (i % 2 == 0) {
+      EXPECT_EQ(first[i], ref().batched[i]) << "greedy request " << i;
+    }
     for (auto t : first[i]) EXPECT_TRUE(t >= 0 && t < 512);
   }
   EXPECT_GE(static_cast<double>(a.stats().accepted), 0.9 * static_cast<double>(a.stats().proposed));

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -190,12 +191,14 @@ struct run_case {
   float softcap;
   bool present;
   std::string label() const {
-    return "h" + std::to_string(q_heads) + "/" + std::to_string(kv_heads) + " d" +
-           std::to_string(dim) + " q" + std::to_string(q_len) + " past" + std::to_string(past) +
-           (mask == causal   ? " causal"
+    // (A stream: GCC 12 warns, wrongly, -Wrestrict on "literal" + std::string.)
+    std::ostringstream out;
+    out << "h" << q_heads << "/" << kv_heads << " d" << dim << " q" << q_len << " past" << past
+        << (mask == causal   ? " causal"
             : mask == window ? " window"
-                             : " padding") +
-           (softcap > 0 ? " softcap" : "") + (present ? " +present" : "");
+                             : " padding")
+        << (softcap > 0 ? " softcap" : "") << (present ? " +present" : "");
+    return out.str();
   }
 };
 

@@ -72,7 +72,9 @@ TEST(RingCache, WritesWrapAndTilesStayAbsolute) {
     write(r, first, first + n);
     check_tiles(r);
     // Held: the newest step's rows and the window before its first row, at most the capacity.
-    if (r.first_position() > 0) EXPECT_LE(r.first_position() + 37 + n, r.length() + 1);
+    if (r.first_position() > 0) {
+      EXPECT_LE(r.first_position() + 37 + n, r.length() + 1);
+    }
     EXPECT_LE(r.length() - r.first_position(), r.capacity());
     EXPECT_EQ(r.first_position() % 16, 0u);
     EXPECT_LE(r.tile_count(), 2u);

@@ -224,7 +224,7 @@ using npu_contiguous =
                            npu::level_zero_backend>;
 
 npu::level_zero_backend software_npu() {
-  return npu::level_zero_backend({.blobs = npullm::testing::software_npu_blobs()});
+  return npu::level_zero_backend({.device = {}, .blobs = npullm::testing::software_npu_blobs()});
 }
 
 void expect_same(const tensor<float, 2>& a, const tensor<float, 2>& b) {

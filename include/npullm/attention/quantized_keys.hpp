@@ -45,12 +45,9 @@
 #include <emmintrin.h>
 #endif
 
+// Everything here is the ISA's (core/isa.hpp): the integer kernels, and the query's
+// quantization, a loop the compiler vectorizes per ISA.
 namespace npullm::attention {
-
-// x = qd qq per 32 elements (qd = max |x| / 127, qq = round(x / qd)): the values of a query row
-// that scores against quantized keys correspond to (n a multiple of 32).
-inline void query_round_trip(float* x, std::size_t n) noexcept;
-
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
 
@@ -78,11 +75,6 @@ inline constexpr bool vnni = false;
 template <kv::quantized_kv_element T>
 inline constexpr std::int32_t key_offset = std::same_as<T, kv::q4_0> ? 8 : (vnni ? 128 : 0);
 
-}  // namespace detail
-}  // namespace NPULLM_ISA_NAMESPACE
-
-namespace detail {
-
 // One unit of a query row: codes, f32 scale (not f16: it is never stored) and sum of codes.
 inline float quantize_query_unit(const float* x, std::int8_t* q, std::int32_t& sum) noexcept {
   float amax = 0.0f;
@@ -98,6 +90,8 @@ inline float quantize_query_unit(const float* x, std::int8_t* q, std::int32_t& s
 
 }  // namespace detail
 
+// x = qd qq per 32 elements (qd = max |x| / 127, qq = round(x / qd)): the values of a query row
+// that scores against quantized keys correspond to (n a multiple of 32).
 inline void query_round_trip(float* x, std::size_t n) noexcept {
   std::int8_t q[32];
   std::int32_t sum = 0;
@@ -107,7 +101,6 @@ inline void query_round_trip(float* x, std::size_t n) noexcept {
   }
 }
 
-inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
 
 // A row of n elements (n / 32 units) -> unit u's codes at q + u * rows * 32, its scale at
@@ -139,7 +132,7 @@ inline void unit_scales(const T* rows, std::size_t units, float* out) noexcept {
     const __m256i halves = _mm256_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), h(8),
                                              h(9), h(10), h(11), h(12), h(13), h(14), h(15));
 #if defined(NPULLM_ISA_AVX512)
-    _mm512_storeu_ps(out + u * simd::lanes, _mm512_cvtph_ps(halves));
+    _mm512_storeu_ps(out + u * simd::lanes, _mm512_maskz_cvtph_ps(0xFFFF, halves));
 #else
     _mm256_storeu_ps(out + u * simd::lanes, _mm256_cvtph_ps(_mm256_castsi256_si128(halves)));
     _mm256_storeu_ps(out + u * simd::lanes + 8,
@@ -165,7 +158,7 @@ inline i32x16 ik_load(const std::int32_t* p) noexcept {
   return {_mm512_loadu_si512(p)};
 }
 inline simd::f32x16 ik_to_f32(i32x16 a) noexcept {
-  return {_mm512_cvtepi32_ps(a.v)};
+  return {_mm512_maskz_cvtepi32_ps(0xFFFF, a.v)};
 }
 // acc + per lane the sum of 4 byte products of k (its encoding: key_offset) and the query's
 // 4 bytes q4 (broadcast).
@@ -194,19 +187,19 @@ inline void transpose_q8(const char* base, std::size_t stride, std::int32_t* out
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + j * stride));
     const __m256i hi =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + (j + 8) * stride));
-    z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    z[j] = _mm512_maskz_inserti64x4(0xFF, _mm512_castsi256_si512(lo), hi, 1);
   }
   // An 8 x 8 transpose of 32-bit elements in each 256-bit half.
   __m512i t[8], u[8];
   for (std::size_t i = 0; i < 4; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+    t[2 * i] = _mm512_maskz_unpacklo_epi32(0xFFFF, z[2 * i], z[2 * i + 1]);
+    t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xFFFF, z[2 * i], z[2 * i + 1]);
   }
   for (std::size_t i = 0; i < 2; ++i) {
-    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 0] = _mm512_maskz_unpacklo_epi64(0xFF, t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xFF, t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xFF, t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xFF, t[4 * i + 1], t[4 * i + 3]);
   }
   // u[d] holds element d (128-bit lanes 0, 2) and d + 4 (lanes 1, 3) of keys 0-3 / 8-11,
   // u[d + 4] the same of keys 4-7 / 12-15.
@@ -238,10 +231,13 @@ inline void transpose_q4(const char* base, std::size_t stride, std::int32_t* out
     v = _mm512_inserti32x4(v, at(j + 8), 2);
     z[j] = _mm512_inserti32x4(v, at(j + 12), 3);
   }
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-  const __m512i b[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                        _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+  const __m512i t0 = _mm512_maskz_unpacklo_epi32(0xFFFF, z[0], z[1]),
+                t1 = _mm512_maskz_unpackhi_epi32(0xFFFF, z[0], z[1]);
+  const __m512i t2 = _mm512_maskz_unpacklo_epi32(0xFFFF, z[2], z[3]),
+                t3 = _mm512_maskz_unpackhi_epi32(0xFFFF, z[2], z[3]);
+  const __m512i b[4] = {
+      _mm512_maskz_unpacklo_epi64(0xFF, t0, t2), _mm512_maskz_unpackhi_epi64(0xFF, t0, t2),
+      _mm512_maskz_unpacklo_epi64(0xFF, t1, t3), _mm512_maskz_unpackhi_epi64(0xFF, t1, t3)};
   const __m512i low = _mm512_set1_epi8(0x0F);
   for (std::size_t d = 0; d < 4; ++d) {
     _mm512_storeu_si512(out + d * 16, _mm512_and_si512(b[d], low));
@@ -484,3 +480,8 @@ inline void quantized_scores(const std::int8_t* q, const float* d, const std::in
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::attention
+
+// The macros that select the kernels above are this header's alone.
+#undef NPULLM_QK_AVX512
+#undef NPULLM_QK_AVX2
+#undef NPULLM_QK_VNNI

@@ -30,7 +30,11 @@
 
 namespace npullm {
 
+// Every conversion is the ISA's (core/isa.hpp), the portable ones too: integer code that the
+// compiler selects and vectorizes per ISA. float16 and bfloat16 are the same types for every
+// ISA, so their conversions are always inlined into the ISA's code that calls them.
 namespace detail {
+inline namespace NPULLM_ISA_NAMESPACE {
 
 // ---- portable conversions (bit patterns) ---------------------------------------------------
 
@@ -90,7 +94,8 @@ constexpr float f16_bits_to_f32_portable(std::uint16_t h) noexcept {
 constexpr float f16_bits_to_f32_branchless(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t fields = static_cast<std::uint32_t>(h & 0x7fffu) << 13;
-  const std::uint32_t scaled = std::bit_cast<std::uint32_t>(std::bit_cast<float>(fields) * 0x1p112f);
+  const std::uint32_t scaled =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(fields) * 0x1p112f);
   const std::uint32_t mantissa = fields & 0x7fffffu;
   const std::uint32_t special = 0x7f800000u | mantissa | (mantissa != 0 ? 0x400000u : 0u);
   return std::bit_cast<float>(sign | ((h & 0x7c00u) == 0x7c00u ? special : scaled));
@@ -110,9 +115,6 @@ constexpr float bf16_bits_to_f32(std::uint16_t b) noexcept {
 }
 
 // ---- dispatch: hardware where the compiler targets it ---------------------------------------
-// (In the ISA's inline namespace, see core/isa.hpp; float16's conversions are always inlined so
-// each translation unit converts with its own ISA's code.)
-inline namespace NPULLM_ISA_NAMESPACE {
 
 inline std::uint16_t f32_to_f16_bits(float value) noexcept {
 #if defined(__F16C__)
@@ -158,9 +160,11 @@ class float16 {
 class bfloat16 {
  public:
   bfloat16() = default;
-  explicit constexpr bfloat16(float value) noexcept
+  [[gnu::always_inline]] explicit constexpr bfloat16(float value) noexcept
       : bits_(detail::f32_to_bf16_bits_portable(value)) {}
-  constexpr operator float() const noexcept { return detail::bf16_bits_to_f32(bits_); }
+  [[gnu::always_inline]] constexpr operator float() const noexcept {
+    return detail::bf16_bits_to_f32(bits_);
+  }
 
   static constexpr bfloat16 from_bits(std::uint16_t bits) noexcept {
     bfloat16 b;
@@ -208,13 +212,14 @@ inline float to_float(float x) noexcept {
 [[gnu::always_inline]] inline float to_float(float16 x) noexcept {
   return static_cast<float>(x);
 }
-constexpr float to_float(bfloat16 x) noexcept {
+[[gnu::always_inline]] constexpr float to_float(bfloat16 x) noexcept {
   return static_cast<float>(x);
 }
 
-// Rounds a float into a storage type (nearest, ties to even).
+// Rounds a float into a storage type (nearest, ties to even). Always inlined, as the
+// conversions it calls.
 template <storage_type T>
-T from_float(float x) noexcept {
+[[gnu::always_inline]] inline T from_float(float x) noexcept {
   if constexpr (std::same_as<T, float>) {
     return x;
   } else {
@@ -223,6 +228,7 @@ T from_float(float x) noexcept {
 }
 
 namespace detail {
+inline namespace NPULLM_ISA_NAMESPACE {
 
 inline void check_same_size(std::size_t in, std::size_t out) {
   if (in != out) {
@@ -230,6 +236,7 @@ inline void check_same_size(std::size_t in, std::size_t out) {
   }
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace detail
 
 // ---- bulk conversion: [n] -> [n] ------------------------------------------------------------
@@ -240,7 +247,8 @@ inline void convert(std::span<const float> in, std::span<float16> out) {
   std::size_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= in.size(); i += 16) {
-    const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(in.data() + i), _MM_FROUND_TO_NEAREST_INT);
+    const __m256i h =
+        _mm512_maskz_cvtps_ph(0xFFFF, _mm512_loadu_ps(in.data() + i), _MM_FROUND_TO_NEAREST_INT);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.data() + i), h);
   }
 #elif defined(__F16C__)
@@ -283,10 +291,11 @@ inline void convert(std::span<const float> in, std::span<bfloat16> out) {
     const __mmask16 denormal =
         _mm512_testn_epi32_mask(u, exponent_mask) & _mm512_test_epi32_mask(u, abs_mask);
     if (denormal) {
-      const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(0xFFFF, u, 16), _mm512_set1_epi32(1));
-      const __m512i rounded = _mm512_maskz_srli_epi32(0xFFFF, 
-          _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-      h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(rounded));
+      const __m512i odd =
+          _mm512_and_si512(_mm512_maskz_srli_epi32(0xFFFF, u, 16), _mm512_set1_epi32(1));
+      const __m512i rounded = _mm512_maskz_srli_epi32(
+          0xFFFF, _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+      h = _mm256_mask_mov_epi16(h, denormal, _mm512_maskz_cvtepi32_epi16(0xFFFF, rounded));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.data() + i), h);
   }

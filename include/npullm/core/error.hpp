@@ -35,6 +35,8 @@
 #include <string_view>
 #include <utility>
 
+#include "npullm/core/isa.hpp"
+
 namespace npullm {
 
 enum class error_code {
@@ -64,10 +66,14 @@ constexpr std::string_view to_string(error_code code) noexcept {
   return "unknown";
 }
 
+// The type is the same in every translation unit, whatever its ISA (core/isa.hpp), so that an
+// engine catches it from any ISA's kernels; its constructor, whose string code the compiler
+// vectorizes per ISA, is always inlined (as float16's conversions are), so that no copy of it is
+// emitted that the linker could pick for a translation unit of another ISA.
 class error : public std::runtime_error {
  public:
   // what() reads "npullm <code>: <message>".
-  error(error_code code, const std::string& message)
+  [[gnu::always_inline]] error(error_code code, const std::string& message)
       : std::runtime_error("npullm " + std::string(to_string(code)) + ": " + message),
         code_(code),
         prefix_(what_prefix(code)) {}
@@ -77,7 +83,7 @@ class error : public std::runtime_error {
   [[nodiscard]] std::string_view message() const noexcept { return what() + prefix_; }
 
  private:
-  static std::size_t what_prefix(error_code code) noexcept {
+  static constexpr std::size_t what_prefix(error_code code) noexcept {
     return std::string_view("npullm ").size() + to_string(code).size() + 2;
   }
 
@@ -85,7 +91,10 @@ class error : public std::runtime_error {
   std::size_t prefix_;  // characters of what() before the message
 };
 
+// The messages are built and thrown by code of the translation unit's ISA (string formatting
+// is vectorized per ISA like any other loop).
 namespace detail {
+inline namespace NPULLM_ISA_NAMESPACE {
 
 // Builds a message from streamable parts: concat("row ", r, " of ", n).
 template <class... Parts>
@@ -109,7 +118,10 @@ std::string format_list(const Range& values) {
   return out.str();
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace detail
+
+inline namespace NPULLM_ISA_NAMESPACE {
 
 // Throws npullm::error(code, concat(parts...)). Kept out of line of hot code by [[noreturn]].
 template <class... Parts>
@@ -117,4 +129,5 @@ template <class... Parts>
   throw error(code, detail::concat(parts...));
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm

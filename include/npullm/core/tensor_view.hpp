@@ -20,6 +20,7 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 
 namespace npullm {
 
@@ -162,12 +163,14 @@ template <class I, std::size_t... E>
 inline constexpr bool is_extents_v<extents<I, E...>> = true;
 
 namespace detail {
+inline namespace NPULLM_ISA_NAMESPACE {  // string code, built per ISA as format_list is
 template <class Extents>
 std::string format_extents(const Extents& e) {
   std::array<std::size_t, Extents::rank()> v{};
   for (std::size_t r = 0; r < Extents::rank(); ++r) v[r] = static_cast<std::size_t>(e.extent(r));
   return format_list(v);
 }
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace detail
 
 // ---- layouts --------------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 #include <span>
 
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 
 namespace npullm {
+inline namespace NPULLM_ISA_NAMESPACE {  // a loop that raises through the ISA's raise (isa.hpp)
 
 // Throws invalid_argument "<context...> token <id> at <i> outside the vocabulary of <vocab>"
 // for the first id outside [0, vocab). The context is formatted only then.
@@ -25,4 +27,5 @@ void check_token_ids(std::span<const std::int32_t> ids, std::size_t vocab,
   }
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm

@@ -34,6 +34,7 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 #include "npullm/core/simd.hpp"
 
 namespace npullm::kv {
@@ -137,7 +138,12 @@ void check_head_dim(std::size_t head_dim, const char* who) {
   if constexpr (!kv_element<F>) kv_units<value_format_t<F>>(head_dim, who);
 }
 
+// The row quantizers and dequantizers: loops the compiler vectorizes (and contracts into FMAs)
+// per ISA, so they are the ISA's, with load16 (core/isa.hpp). (The ISA namespace inside
+// `detail`, not a `detail` inside the ISA namespace: two namespaces named detail, one of them in
+// an inline namespace, would make kv::detail ambiguous.)
 namespace detail {
+inline namespace NPULLM_ISA_NAMESPACE {
 
 inline void quantize_q8_0(const float* x, q8_0& b) noexcept {
   float amax = 0.0f;
@@ -167,7 +173,10 @@ inline void quantize_q4_0(const float* x, q4_0& b) noexcept {
   }
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace detail
+
+inline namespace NPULLM_ISA_NAMESPACE {
 
 // n floats (a multiple of unit_elements<T>) -> n / unit_elements<T> units.
 template <kv_element T>
@@ -215,8 +224,6 @@ void round_trip(float* x, std::size_t n) noexcept {
     for (std::size_t i = 0; i < n; ++i) x[i] = to_float(from_float<T>(x[i]));
   }
 }
-
-inline namespace NPULLM_ISA_NAMESPACE {
 
 // Elements [c, c + 16) of a row of units (c a multiple of 16) as f32, exactly
 // dequantize_row's values (d q for q8_0, d (q - 8) for q4_0: one rounding each).

@@ -12,9 +12,11 @@
 #include <span>
 
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {  // a loop compiled per ISA: see core/isa.hpp
 
 inline std::int32_t argmax(std::span<const float> x) {
   if (x.empty()) raise(error_code::invalid_shape, "argmax: no values");
@@ -38,4 +40,5 @@ inline void argmax(dense_view<const float, 2> x, std::span<std::int32_t> out) {
   for (std::size_t m = 0; m < x.extent(0); ++m) out[m] = argmax({&x(m, 0), x.extent(1)});
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

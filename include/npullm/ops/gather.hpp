@@ -10,11 +10,13 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
 #include "npullm/core/tokens.hpp"
 #include "npullm/ops/quant.hpp"
 
 namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {  // a loop compiled per ISA: see core/isa.hpp
 
 template <storage_type T>
 void gather(std::span<const std::int32_t> ids, dense_view<const T, 2> table,
@@ -47,4 +49,5 @@ inline void gather(std::span<const std::int32_t> ids, const quantized_view& tabl
   }
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

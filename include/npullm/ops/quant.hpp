@@ -96,10 +96,12 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
@@ -244,7 +246,11 @@ constexpr std::size_t row_bytes(weight_format f, std::size_t cols) noexcept {
 
 // A quantized (rows = N, cols = K) matrix: a zero-copy view of its bytes, checked at
 // construction (from a GGUF tensor: format, shape, data; from a safetensors pair: the int8 /
-// packed int4 tensor and its scales tensor).
+// packed int4 tensor and its scales tensor). The type is the same for every ISA (an engine
+// loads its weights once for all of its ISAs' kernels); its constructors and scale() are
+// always inlined, since their code is the ISA's (the checks raise through core/error.hpp's
+// per-ISA code, f16 scales convert with F16C where the ISA has it): no copy of them is emitted
+// that the linker could keep for a translation unit of another ISA (core/isa.hpp).
 struct quantized_view {
   weight_format format = weight_format::q8_0;
   std::size_t rows = 0, cols = 0;     // N, K
@@ -256,7 +262,8 @@ struct quantized_view {
   quantized_view() = default;
   // GGUF block formats: K a multiple of the block (invalid_shape), data of exactly the size the
   // shape implies (corrupt_data).
-  quantized_view(weight_format f, std::size_t n, std::size_t k, std::span<const std::byte> bytes)
+  [[gnu::always_inline]] quantized_view(weight_format f, std::size_t n, std::size_t k,
+                                        std::span<const std::byte> bytes)
       : format(f), rows(n), cols(k), data(bytes) {
     if (!is_block_format(f)) {
       raise(error_code::invalid_argument, "quantized_view: ", to_string(f),
@@ -267,8 +274,10 @@ struct quantized_view {
   // Symmetric formats: group 32, 64, 128 or K (invalid_argument), K divisible by the group
   // (invalid_shape), scale type f16 or f32 (unsupported), data and scales of exactly the sizes
   // the shape implies (corrupt_data).
-  quantized_view(weight_format f, std::size_t n, std::size_t k, std::span<const std::byte> bytes,
-                 std::span<const std::byte> scale_bytes, std::size_t g, dtype st)
+  [[gnu::always_inline]] quantized_view(weight_format f, std::size_t n, std::size_t k,
+                                        std::span<const std::byte> bytes,
+                                        std::span<const std::byte> scale_bytes, std::size_t g,
+                                        dtype st)
       : format(f), rows(n), cols(k), group(g), scale_type(st), data(bytes), scales(scale_bytes) {
     if (is_block_format(f)) {
       raise(error_code::invalid_argument, "quantized_view: ", to_string(f),
@@ -282,7 +291,7 @@ struct quantized_view {
   [[nodiscard]] std::size_t groups() const noexcept { return group ? cols / group : 0; }
 
   // The scale of row n, group g (*_sym).
-  [[nodiscard]] float scale(std::size_t n, std::size_t g) const noexcept {
+  [[nodiscard, gnu::always_inline]] float scale(std::size_t n, std::size_t g) const noexcept {
     const std::byte* p = scales.data() + (n * groups() + g) * size_of(scale_type);
     if (scale_type == dtype::f16) {
       std::uint16_t h;
@@ -295,7 +304,7 @@ struct quantized_view {
   }
 
  private:
-  void check() const {
+  [[gnu::always_inline]] void check() const {
     if (is_block_format(format)) {
       if (cols % block_values(format) != 0) {
         raise(error_code::invalid_shape, "quantized_view: ", to_string(format), " K = ", cols,
@@ -329,6 +338,9 @@ struct quantized_view {
   }
 };
 
+// The quantizers, the dequantizers and the block decoding the kernels share: numeric loops the
+// compiler vectorizes (and contracts into FMAs) per ISA, so they are the ISA's (core/isa.hpp).
+inline namespace NPULLM_ISA_NAMESPACE {
 namespace quant_detail {
 
 inline float load_f16(const std::byte* p) noexcept {
@@ -604,11 +616,24 @@ inline void dequantize(const quantized_view& w, dense_view<float, 2> out) {
     dequantize_row(w, n, std::span<float>(out.data_handle() + n * w.cols, w.cols));
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
+
 // An owning quantized matrix: its bytes and the view over them. Move-only (the view points
-// into the owned vectors, which moving keeps in place).
+// into the owned vectors, which moving keeps in place). The same type for every ISA, as
+// quantized_view is; its constructors are always inlined for the same reason.
 class quantized_matrix {
  public:
   quantized_matrix() = default;
+  // Owns the rows of a GGUF block format, checked as quantized_view's constructor checks them.
+  [[gnu::always_inline]] quantized_matrix(weight_format f, std::size_t n, std::size_t k,
+                                          std::vector<std::byte> data)
+      : data_(std::move(data)), view_(f, n, k, data_) {}
+  // Owns the rows and the scales of a symmetric format, checked as quantized_view's
+  // constructor checks them.
+  [[gnu::always_inline]] quantized_matrix(weight_format f, std::size_t n, std::size_t k,
+                                          std::vector<std::byte> data,
+                                          std::vector<std::byte> scales, std::size_t g, dtype st)
+      : data_(std::move(data)), scales_(std::move(scales)), view_(f, n, k, data_, scales_, g, st) {}
   quantized_matrix(const quantized_matrix&) = delete;
   quantized_matrix& operator=(const quantized_matrix&) = delete;
   quantized_matrix(quantized_matrix&&) noexcept = default;
@@ -621,11 +646,11 @@ class quantized_matrix {
   [[nodiscard]] std::size_t bytes() const noexcept { return data_.size() + scales_.size(); }
 
  private:
-  friend quantized_matrix quantize(dense_view<const float, 2>, weight_format, std::size_t, dtype);
   std::vector<std::byte> data_, scales_;
   quantized_view view_;
 };
 
+inline namespace NPULLM_ISA_NAMESPACE {
 namespace quant_detail {
 
 // An f16 scale >= s / 1 (rounded to nearest, then up one step if that fell below s), so that
@@ -1009,9 +1034,8 @@ inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format for
             " (want f16 or f32)");
     }
   }
-  quantized_matrix out;
   const std::size_t rb = row_bytes(format, k);
-  out.data_.assign(n * rb, std::byte{0});
+  std::vector<std::byte> data(n * rb, std::byte{0});
   const float* src = w.data_handle();
   const auto ld = static_cast<std::size_t>(w.stride(0));
   if (w.stride(1) != 1) raise(error_code::unsupported, "quantize: rows of w must be dense");
@@ -1020,7 +1044,7 @@ inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format for
     for (std::size_t r = 0; r < n; ++r) {
       for (std::size_t j = 0; j < k / bv; ++j) {
         const float* x = src + r * ld + bv * j;
-        std::byte* b = out.data_.data() + r * rb + j * bb;
+        std::byte* b = data.data() + r * rb + j * bb;
         if (bv == 32) {
           quant_detail::quantize_block32(format, x, b);
         } else {
@@ -1028,20 +1052,19 @@ inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format for
         }
       }
     }
-    out.view_ = quantized_view(format, n, k, out.data_);
-    return out;
+    return quantized_matrix(format, n, k, std::move(data));
   }
   const std::size_t groups = k / group, ss = size_of(scale_type);
-  out.scales_.assign(n * groups * ss, std::byte{0});
+  std::vector<std::byte> scales(n * groups * ss, std::byte{0});
   const int qmax = format == weight_format::int8_sym ? 127 : 7;
   for (std::size_t r = 0; r < n; ++r) {
-    auto* row = reinterpret_cast<std::uint8_t*>(out.data_.data() + r * rb);
+    auto* row = reinterpret_cast<std::uint8_t*>(data.data() + r * rb);
     for (std::size_t g = 0; g < groups; ++g) {
       const float* x = src + r * ld + g * group;
       float amax = 0.0f;
       for (std::size_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(x[i]));
       float s = amax / static_cast<float>(qmax);
-      std::byte* sp = out.scales_.data() + (r * groups + g) * ss;
+      std::byte* sp = scales.data() + (r * groups + g) * ss;
       if (scale_type == dtype::f16) {
         const float16 h = quant_detail::f16_scale_at_least(s);
         quant_detail::store_f16(sp, h);
@@ -1062,8 +1085,8 @@ inline quantized_matrix quantize(dense_view<const float, 2> w, weight_format for
       }
     }
   }
-  out.view_ = quantized_view(format, n, k, out.data_, out.scales_, group, scale_type);
-  return out;
+  return quantized_matrix(format, n, k, std::move(data), std::move(scales), group, scale_type);
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

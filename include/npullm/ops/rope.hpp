@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
+#include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
@@ -91,6 +92,10 @@ struct rope_scaling {
   std::vector<double> long_factor;
 };
 
+// The table and the rotation are the ISA's (core/isa.hpp): the table's frequencies are double
+// arithmetic the compiler contracts into FMAs per ISA, the rotation a loop it vectorizes per ISA.
+// (rope_scaling, the configuration, is the same type for every ISA.)
+inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
 
 inline bool positive_finite(double v) noexcept {
@@ -332,4 +337,5 @@ inline void apply_rope(dense_view<float, 3> x, std::span<const std::int64_t> pos
   apply_rope<layout_right>(x, positions, table);
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <limits>
 
+#include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
 
 namespace npullm::ops {
+inline namespace NPULLM_ISA_NAMESPACE {  // a loop compiled per ISA: see core/isa.hpp
 
 inline void softmax(dense_view<float, 2> x) {
   for (std::size_t m = 0; m < x.extent(0); ++m) {
@@ -30,4 +32,5 @@ inline void softmax(dense_view<float, 2> x) {
   }
 }
 
+}  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops

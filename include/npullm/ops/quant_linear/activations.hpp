@@ -26,18 +26,13 @@
 #include <immintrin.h>
 #endif
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
 
 using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, q4_k_scale_min
-
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#define NPULLM_QUANT_VNNI512 1
-#endif
-#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
-#define NPULLM_QUANT_VNNI256 1
-#endif
 
 // The integer dot-product instruction this build's quantized kernels use.
 constexpr std::string_view quant_dot_name() noexcept {
@@ -195,3 +190,5 @@ void quantize_activations(const float* x, std::size_t ldx, std::size_t m, std::s
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"

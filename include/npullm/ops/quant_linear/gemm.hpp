@@ -5,6 +5,8 @@
 
 #include "npullm/ops/quant_linear/gemv.hpp"
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
@@ -364,3 +366,5 @@ void gemm(const quantized_view& w, const quantized_activations& a, std::size_t n
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"

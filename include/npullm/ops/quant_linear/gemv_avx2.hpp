@@ -5,6 +5,8 @@
 
 #include "npullm/ops/quant_linear/activations.hpp"
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
@@ -584,8 +586,9 @@ template <weight_format F>
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + bb * j + at)));
     const __m256i b = _mm256_broadcastsi128_si256(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + bb * (j + 1) + at)));
-    const __m512i z = _mm512_srlv_epi64(_mm512_maskz_inserti64x4(0xFF, _mm512_castsi256_si512(a), b, 1),
-                                        _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+    const __m512i z = _mm512_maskz_srlv_epi64(
+        0xFF, _mm512_maskz_inserti64x4(0xFF, _mm512_castsi256_si512(a), b, 1),
+        _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
     if constexpr (F == weight_format::q4_0) {
       return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
     } else {  // (z & 0x0F) ^ 0x08: the two's complement nibble + 8
@@ -594,7 +597,8 @@ template <weight_format F>
   } else {
     __m512i z;
     if constexpr (F == weight_format::q8_0) {
-      z = _mm512_maskz_inserti64x4(0xFF, 
+      z = _mm512_maskz_inserti64x4(
+          0xFF,
           _mm512_castsi256_si512(
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 34 * j + 2))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 34 * (j + 1) + 2)), 1);
@@ -656,9 +660,10 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
           const __m512i xv = _mm512_loadu_si512(xq + m * k + 32 * j);
           const __m512i c = _mm512_loadu_si512(corr + (m * k + 32 * j) / 4);
           const __m512 dot = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_dpbusd_epi32(c, u, xv));
-          const __m512 sc = _mm512_maskz_permutexvar_ps(0xFFFF, 
-              sel, _mm512_castps128_ps512(_mm_castpd_ps(
-                       _mm_load_sd(reinterpret_cast<const double*>(s + m * ns + j)))));
+          const __m512 sc = _mm512_maskz_permutexvar_ps(
+              0xFFFF, sel,
+              _mm512_castps128_ps512(
+                  _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s + m * ns + j)))));
           acc2[m][par] = _mm512_fmadd_ps(dot, sc, acc2[m][par]);
         }
       };
@@ -673,7 +678,8 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
       }
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const __m512 t2 = _mm512_add_ps(acc2[m][0], acc2[m][1]);
-        acc[m][0] = _mm256_add_ps(_mm512_castps512_ps256(t2), _mm512_maskz_extractf32x8_ps(0xFF, t2, 1));
+        acc[m][0] = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, t2, 0),
+                                  _mm512_maskz_extractf32x8_ps(0xFF, t2, 1));
       }
       if (j < blocks) {  // the odd last piece, 256 bits wide
         for_each_piece<F>(
@@ -718,3 +724,5 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"

@@ -37,6 +37,8 @@
 #include "npullm/ops/quant.hpp"
 #include "npullm/ops/quant_linear/activations.hpp"
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
@@ -167,3 +169,5 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"

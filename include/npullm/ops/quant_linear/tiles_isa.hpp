@@ -15,6 +15,8 @@
 #include <immintrin.h>
 #endif
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
@@ -55,7 +57,7 @@ struct tile_avx512 {
     return cvt(_mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
   static f s8(const void* p) noexcept {
-    return cvt(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+    return cvt(_mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
   static f loadf(const float* p) noexcept { return _mm512_loadu_ps(p); }
   static f set1f(float v) noexcept { return _mm512_set1_ps(v); }
@@ -152,3 +154,5 @@ using tile_isa = tile_avx2;
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"

@@ -21,6 +21,8 @@
 #include <immintrin.h>
 #endif
 
+#include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
+
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {
 namespace detail {
@@ -263,3 +265,5 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
 }  // namespace detail
 }  // namespace NPULLM_ISA_NAMESPACE
 }  // namespace npullm::ops
+
+#include "npullm/ops/quant_linear/vnni_macros_end.hpp"
