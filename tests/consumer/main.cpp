@@ -1,7 +1,6 @@
-// Built against an installed npullm, with -Wall -Wextra -Werror, once per instruction set
-// (native, AVX2, baseline x86-64): the umbrella header, a view, a slice, Eigen interop, and a
-// tiny generated model run through the pipeline with f32, bf16 and quantized weights (tiles,
-// panels and blocks as stored), so that every kernel a user's build instantiates is compiled.
+// Built against an installed npullm, linked to npullm::kernels at the compiler's default target:
+// the umbrella header, a view, a slice, Eigen interop, and a tiny generated model run through
+// the pipeline with f32, bf16 and quantized weights (tiles, panels and blocks as stored).
 #include <npullm/model/synthetic.hpp>
 #include <npullm/npullm.hpp>
 

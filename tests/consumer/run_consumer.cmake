@@ -1,19 +1,25 @@
 # Installs npullm from NPULLM_BUILD_DIR into a temporary prefix, then configures, builds and
-# runs the project in CONSUMER_SOURCE_DIR against it with find_package(npullm CONFIG REQUIRED).
-foreach(var NPULLM_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR)
+# runs the project in CONSUMER_SOURCE_DIR against it with find_package(npullm CONFIG REQUIRED):
+# a header-only program, the pipelines of main.cpp with npullm::kernels, and a GGUF decode
+# program (gguf_decode.cpp, run on GGUF) built for each -march of MARCHES. Each of the
+# latter must take flash attention's kernels from npullm::kernels: its object refers to
+# detail::key_scores<float> without defining it (nm), and it runs.
+foreach(var NPULLM_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR GENERATOR GGUF MARCHES)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_consumer.cmake: ${var} is not set")
   endif()
 endforeach()
+string(REPLACE "," ";" MARCHES "${MARCHES}")
 
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
 function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "consumer test: '${ARGN}' failed (${rc})")
+    message(FATAL_ERROR "consumer test: '${ARGN}' failed (${rc}):\n${out}")
   endif()
+  set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${NPULLM_BUILD_DIR} --prefix ${prefix})
@@ -24,6 +30,27 @@ foreach(f npullmConfig.cmake npullmConfigVersion.cmake npullmTargets.cmake)
   endif()
 endforeach()
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCONSUMER_MARCHES=${MARCHES}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/npullm_header_only)
 run(${WORK_DIR}/build/npullm_consumer)
+
+find_program(NM nm REQUIRED)
+foreach(march IN LISTS MARCHES)
+  string(MAKE_C_IDENTIFIER ${march} id)
+  file(GLOB_RECURSE object ${WORK_DIR}/build/*npullm_gguf_decode_${id}.dir/gguf_decode.cpp.o)
+  if(NOT object)
+    message(FATAL_ERROR "consumer test: no object of npullm_gguf_decode_${id}")
+  endif()
+  execute_process(COMMAND ${NM} -C --undefined-only ${object} OUTPUT_VARIABLE undefined)
+  execute_process(COMMAND ${NM} -C --defined-only ${object} OUTPUT_VARIABLE defined)
+  if(NOT undefined MATCHES "detail::key_scores<float>" OR defined MATCHES "detail::key_scores<")
+    message(FATAL_ERROR "consumer test: -march=${march}: the object compiled flash attention's "
+                        "kernels itself instead of taking npullm::kernels'")
+  endif()
+  run(${WORK_DIR}/build/npullm_gguf_decode_${id} ${GGUF} 8)
+  if(NOT run_output MATCHES "8 tokens decoded")
+    message(FATAL_ERROR "consumer test: -march=${march}: ${run_output}")
+  endif()
+  message(STATUS "consumer: -march=${march}: ${run_output}")
+endforeach()
