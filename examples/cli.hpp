@@ -42,7 +42,14 @@ inline constexpr std::size_t max_threads = 1024;
 inline std::string shown(std::string_view value) {
   if (!value.empty() && value.find_first_of(" \t") == std::string_view::npos)
     return std::string(value);
-  return "'" + std::string(value) + "'";
+  // Appended rather than "'" + std::string(value) + "'": GCC 12 warns (-Wrestrict, a false
+  // positive) on operator+(const char*, std::string&&) inlined at -O3.
+  std::string quoted;
+  quoted.reserve(value.size() + 2);
+  quoted.push_back('\'');
+  quoted.append(value);
+  quoted.push_back('\'');
+  return quoted;
 }
 
 // Throws npullm::error(invalid_argument, "<flag> <value>: <why...>").
