@@ -49,6 +49,7 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tokens.hpp"
+#include "npullm/io/safetensors.hpp"
 #include "npullm/kv/block_table.hpp"
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/kv/ring_cache.hpp"
@@ -56,7 +57,6 @@
 #include "npullm/model/config.hpp"
 #include "npullm/model/decoder_layer.hpp"
 #include "npullm/model/pipeline_config.hpp"
-#include "npullm/io/safetensors.hpp"
 #include "npullm/model/weights.hpp"
 #include "npullm/npu/host.hpp"
 #include "npullm/ops/gather.hpp"
@@ -366,8 +366,7 @@ class causal_lm {
   }
   // The KV of the single-sequence API (contiguous layout): for inspection and tests.
   // (A pipeline whose every layer is windowed keeps a ring instead: ring_kv_cache().)
-  [[nodiscard]] const kv::contiguous_cache<KvT, kv_allocator>& kv_cache() const
-      requires(!blocks) {
+  [[nodiscard]] const kv::contiguous_cache<KvT, kv_allocator>& kv_cache() const requires(!blocks) {
     if (!cache_) {
       raise(error_code::unsupported, "causal_lm: kv_cache(): every layer is windowed, the KV is a ",
             "ring of ", ring_->capacity(), " positions (ring_kv_cache())");
@@ -382,6 +381,15 @@ class causal_lm {
   // keys times KV heads, summed over the step's work items): a windowed layer reads its window.
   [[nodiscard]] const std::vector<attention::flash_stats>& attention_reads() const noexcept {
     return reads_;
+  }
+  // A mixture of experts' routing: with record_routing(true), every MoE layer's choice of each
+  // step from then on (moe::routing per layer call, in call order; record_routing clears them).
+  void record_routing(bool on) {
+    act_.moe.record = on;
+    act_.moe.records.clear();
+  }
+  [[nodiscard]] const std::vector<moe::routing>& routing_records() const noexcept {
+    return act_.moe.records;
   }
   [[nodiscard]] backend_type& backend() noexcept { return backend_; }
   [[nodiscard]] const timings& time_spent() const noexcept { return timings_; }
@@ -546,8 +554,7 @@ class causal_lm {
     if (tiles) {  // reserved: the projections point into it
       std::size_t n = tiled(lm_head_) ? 1 : 0;
       for (const layer_weights<W>& l : layers_)
-        for (const projection<W>* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-          n += tiled(*p) ? 1 : 0;
+        for_each_projection(l, [&](const projection<W>& p) { n += tiled(p) ? 1 : 0; });
       repacked_.reserve(n);
       if (tiled(lm_head_)) {
         lm_head_.repacked =
@@ -555,22 +562,25 @@ class causal_lm {
       }
     }
     if (!dense && !quantized && !tiles) return;
-    packed_.reserve(layers_.size() * 7);
-    packed_quantized_.reserve(layers_.size() * 7);
+    std::size_t matrices = 0;
+    for (const layer_weights<W>& l : layers_)
+      for_each_projection(l, [&](const projection<W>&) { ++matrices; });
+    packed_.reserve(matrices);
+    packed_quantized_.reserve(matrices);
     for (layer_weights<W>& l : layers_) {
-      for (projection<W>* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
-        if (p->is_quantized()) {
+      for_each_projection(l, [&](projection<W>& p) {
+        if (p.is_quantized()) {
           if (quantized) {
-            p->packed_quantized = &packed_quantized_.emplace_back(
-                ops::pack(*p->quantized, pool_policy{options_.pool}));
-          } else if (tiles && tiled(*p)) {
-            p->repacked =
-                &repacked_.emplace_back(ops::repack(*p->quantized, pool_policy{options_.pool}));
+            p.packed_quantized = &packed_quantized_.emplace_back(
+                ops::pack(*p.quantized, pool_policy{options_.pool}));
+          } else if (tiles && tiled(p)) {
+            p.repacked =
+                &repacked_.emplace_back(ops::repack(*p.quantized, pool_policy{options_.pool}));
           }
         } else if (dense) {
-          p->packed = &packed_.emplace_back(p->w, pool_policy{options_.pool});
+          p.packed = &packed_.emplace_back(p.w, pool_policy{options_.pool});
         }
-      }
+      });
     }
   }
 
@@ -906,8 +916,8 @@ class causal_lm {
       const auto past = past_tiles(c.layer, st.past);
       if constexpr (pyramid) {
         const kv_tile_type ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
-        attention::pyramid_attention<tiles>(io, std::span<const kv_tile_type>(&ptile, 1),
-                                            present, *st.pyramid_step, policy);
+        attention::pyramid_attention<tiles>(io, std::span<const kv_tile_type>(&ptile, 1), present,
+                                            *st.pyramid_step, policy);
       } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
         attention::flash_attention<tiles>(
             io, std::span<const kv_tile_type>(past), &present,

@@ -7,7 +7,9 @@
 //   make_rope_table(config, n)      the config's rope_table for positions [0, n)
 //
 // Families (model_type): qwen2 (Qwen2, Qwen2.5), qwen3, llama, mistral, phi3, gemma2; anything
-// else is unsupported naming the value.
+// else is unsupported naming the value. Mixtures of experts are their dense family's layers with
+// an MoE MLP (model_config::moe): mixtral (mistral's), qwen2_moe (qwen2's, with a shared expert)
+// and qwen3_moe (qwen3's).
 //
 // Strictness: every key of the file is either read into model_config, or listed in
 // ignorable_config_keys below (it cannot change the forward pass), or refused: a key in neither
@@ -33,7 +35,13 @@
 // 4 (gemma2), num_attention_heads (llama, phi3); max_position_embeddings 32768 (qwen2, qwen3),
 // 2048 (llama), 131072 (mistral), 4096 (phi3), 8192 (gemma2); rms_norm_eps 1e-5 for phi3, 1e-6
 // otherwise; tie_word_embeddings true for gemma2 only; mistral's sliding_window 4096 and
-// gemma2's 4096 apply when the key is absent (null means none).
+// gemma2's 4096 apply when the key is absent (null means none). The mixtures (MixtralConfig,
+// Qwen2MoeConfig, Qwen3MoeConfig): num_key_value_heads 8 / 16 / 4; mixtral rope_theta 1e6,
+// rms_norm_eps 1e-5, no window by default, num_local_experts 8, num_experts_per_tok 2, experts of
+// intermediate_size, top-k renormalized; qwen2_moe num_experts 60, k 4, moe_intermediate_size
+// 1408, shared_expert_intermediate_size 5632; qwen3_moe num_experts 128, k 8,
+// moe_intermediate_size 768; both Qwen ones norm_topk_prob false, decoder_sparse_step 1.
+// router_jitter_noise other than 0 is refused.
 #pragma once
 
 #include <array>
@@ -63,6 +71,26 @@ enum class model_family { qwen2, llama, qwen3, mistral, phi3, gemma2 };
 // The MLP's gate activation: silu(gate) * up, or gelu_tanh(gate) * up (Gemma 2), with
 // gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
 enum class activation_kind { silu, gelu_tanh };
+
+// A mixture-of-experts MLP (experts == 0: every layer's MLP is dense). Per token:
+//   p = softmax(x W_router^T) over the experts;  S = the k largest (ties: the lower index)
+//   w_e = p_e, or p_e / sum_{S} p  (normalize_top_k: Mixtral, Qwen3-MoE; not Qwen2-MoE)
+//   y = sum_{e in S} w_e down_e(act(gate_e x) * up_e x)
+//     + sigmoid(w_shared . x) down_s(act(gate_s x) * up_s x)   (Qwen2-MoE's shared expert)
+struct moe_config {
+  std::size_t experts = 0;            // n; 0: no experts (dense MLPs)
+  std::size_t experts_per_token = 0;  // k, 1 <= k <= n
+  std::size_t expert_intermediate_size = 0;
+  bool normalize_top_k = false;
+  std::size_t shared_expert_intermediate_size = 0;  // 0: no shared expert
+  // [num_hidden_layers]: whether layer l's MLP is the mixture (Qwen2/3-MoE's decoder_sparse_step
+  // and mlp_only_layers make some dense); empty with experts > 0: every layer.
+  std::vector<bool> layers;
+
+  [[nodiscard]] bool in_layer(std::size_t l) const noexcept {
+    return experts != 0 && (layers.empty() || (l < layers.size() && layers[l]));
+  }
+};
 
 struct model_config {
   model_family family = model_family::qwen2;
@@ -111,6 +139,9 @@ struct model_config {
   double final_logit_softcapping = 0.0;  // > 0: the LM head's logits, the same way
   double query_pre_attn_scalar = 0.0;    // > 0: attention scale 1 / sqrt(this), not head_dim
 
+  // --- mixture of experts (mixtral, qwen2_moe, qwen3_moe) ---
+  moe_config moe;
+
   [[nodiscard]] std::size_t q_size() const noexcept { return num_attention_heads * head_dim; }
   [[nodiscard]] std::size_t kv_size() const noexcept { return num_key_value_heads * head_dim; }
   // The rotated dims of each head (HF: int(head_dim * partial_rotary_factor)).
@@ -151,7 +182,7 @@ struct ignorable_key {
   std::string_view reason;
 };
 
-inline constexpr std::array<ignorable_key, 21> ignorable_config_keys{{
+inline constexpr std::array<ignorable_key, 23> ignorable_config_keys{{
     {"_name_or_path", "where the checkpoint was loaded from: provenance"},
     {"transformers_version", "the library version that wrote the file"},
     {"auto_map", "remote-code class names; the math is model_type's published definition"},
@@ -173,6 +204,8 @@ inline constexpr std::array<ignorable_key, 21> ignorable_config_keys{{
     {"use_return_dict", "HF's output container type"},
     {"_attn_implementation_autoset", "whether HF picked its attention kernel itself: a flag"},
     {"unsloth_version", "the version of the Unsloth tool that saved the checkpoint"},
+    {"output_router_logits", "HF returns the MoE router's logits: an output option"},
+    {"router_aux_loss_coef", "the weight of the MoE load-balancing loss in training"},
 }};
 
 constexpr bool is_ignorable_config_key(std::string_view key) noexcept {
@@ -460,8 +493,15 @@ inline model_config parse_config(std::string_view text, std::string_view name,
   if (!type || !type->is_string()) r.corrupt("no model_type string");
   const std::string model_type = type->get<std::string>();
   using F = model_family;
-  if (model_type == "qwen2") {
+  // The mixtures: their dense family, with experts.
+  const bool mixtral = model_type == "mixtral", qwen2_moe = model_type == "qwen2_moe",
+             qwen3_moe = model_type == "qwen3_moe";
+  if (model_type == "qwen2" || qwen2_moe) {
     c.family = F::qwen2;
+  } else if (mixtral) {
+    c.family = F::mistral;
+  } else if (model_type == "qwen3" || qwen3_moe) {
+    c.family = F::qwen3;
   } else if (model_type == "llama") {
     c.family = F::llama;
   } else if (model_type == "qwen3") {
@@ -474,7 +514,8 @@ inline model_config parse_config(std::string_view text, std::string_view name,
     c.family = F::gemma2;
   } else {
     r.refuse("model_type '", model_type,
-             "' (npullm reads qwen2, qwen3, llama, mistral, phi3, gemma2)");
+             "' (npullm reads qwen2, qwen3, llama, mistral, phi3, gemma2, and the mixtures of "
+             "experts mixtral, qwen2_moe, qwen3_moe)");
   }
   const F f = c.family;
   const bool gemma2 = f == F::gemma2, phi3 = f == F::phi3, qwen = f == F::qwen2 || f == F::qwen3;
@@ -497,10 +538,11 @@ inline model_config parse_config(std::string_view text, std::string_view name,
   c.intermediate_size = r.size("intermediate_size", std::nullopt);
   c.num_hidden_layers = r.size("num_hidden_layers", std::nullopt);
   c.num_attention_heads = r.size("num_attention_heads", std::nullopt);
-  const std::size_t kv_default = f == F::qwen2 || f == F::qwen3 ? 32
-                                 : f == F::mistral              ? 8
-                                 : gemma2                       ? 4
-                                                                : c.num_attention_heads;
+  const std::size_t kv_default = qwen2_moe                        ? 16
+                                 : f == F::qwen2 || f == F::qwen3 ? (qwen3_moe ? 4 : 32)
+                                 : f == F::mistral                ? 8
+                                 : gemma2                         ? 4
+                                                                  : c.num_attention_heads;
   c.num_key_value_heads = r.size("num_key_value_heads", kv_default);
   c.vocab_size = r.size("vocab_size", std::nullopt);
   c.max_position_embeddings = r.size("max_position_embeddings", qwen              ? 32768
@@ -522,7 +564,7 @@ inline model_config parse_config(std::string_view text, std::string_view name,
   }
 
   // --- norms, embeddings ---
-  c.rms_norm_eps = r.number("rms_norm_eps", phi3 ? 1e-5 : 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", phi3 || mixtral ? 1e-5 : 1e-6);
   if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
     r.corrupt("rms_norm_eps must be > 0, got ", c.rms_norm_eps);
   c.tie_word_embeddings = r.flag("tie_word_embeddings", gemma2);
@@ -559,7 +601,7 @@ inline model_config parse_config(std::string_view text, std::string_view name,
     const auto it = rope_parameters->find(key);
     return it == rope_parameters->end() || it->is_null() ? nullptr : &*it;
   };
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.rope_theta = r.number("rope_theta", mixtral ? 1e6 : 10000.0);
   if (const auto* v = inner("rope_theta")) {
     const double t = r.as_number(*v, "rope_parameters.rope_theta");
     if (r.present("rope_theta") && t != c.rope_theta)
@@ -601,6 +643,8 @@ inline model_config parse_config(std::string_view text, std::string_view name,
     const bool bias = r.flag("attention_bias", false);
     if (f == F::qwen2) {
       c.attention_bias = true;  // Qwen2 always has q/k/v biases; HF ignores the key
+      // Qwen2MoeConfig's switch for the same biases (true by default): npullm's Qwen2 has them.
+      if (!r.flag("qkv_bias", true)) r.refuse("qkv_bias false (Qwen2's q/k/v have biases)");
     } else if (f == F::mistral || phi3) {
       if (bias) r.refuse("attention_bias true for ", model_type, " (its projections have no bias)");
     } else {
@@ -616,8 +660,9 @@ inline model_config parse_config(std::string_view text, std::string_view name,
     std::optional<std::size_t> window;
     if (const auto* v = r.get("sliding_window")) {
       window = r.positive_size(*v, "sliding_window");
-    } else if (!j.contains("sliding_window") && (qwen || f == F::mistral || gemma2)) {
-      window = 4096;  // Qwen2Config, Qwen3Config, MistralConfig, Gemma2Config default
+    } else if (!j.contains("sliding_window") && (qwen || f == F::mistral || gemma2) && !mixtral) {
+      window =
+          4096;  // Qwen2Config, Qwen3Config, MistralConfig, Gemma2Config default (Mixtral: none)
     }
     const bool use_sliding = r.flag("use_sliding_window", false);
     std::optional<std::size_t> max_window_layers;
@@ -702,6 +747,63 @@ inline model_config parse_config(std::string_view text, std::string_view name,
     c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
     c.norm_unit_offset = true;
     c.sandwich_norms = true;
+  }
+
+  // --- mixture of experts ---
+  if (mixtral || qwen2_moe || qwen3_moe) {
+    moe_config& m = c.moe;
+    m.experts =
+        r.size(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : (qwen2_moe ? 60 : 128));
+    m.experts_per_token = r.size("num_experts_per_tok", mixtral ? 2 : (qwen2_moe ? 4 : 8));
+    if (m.experts_per_token > m.experts) {
+      r.corrupt("num_experts_per_tok ", m.experts_per_token, " exceeds the ", m.experts,
+                " experts");
+    }
+    if (mixtral) {
+      m.expert_intermediate_size = c.intermediate_size;  // w1 / w3: (intermediate, hidden)
+      m.normalize_top_k = true;
+    } else {
+      m.expert_intermediate_size = r.size("moe_intermediate_size", qwen2_moe ? 1408 : 768);
+      m.normalize_top_k = r.flag("norm_topk_prob", false);  // both HF configs' default
+    }
+    if (qwen2_moe) {
+      m.shared_expert_intermediate_size = r.size("shared_expert_intermediate_size", 5632);
+    }
+    // A router that adds noise in training: the identity at inference only when it is 0.
+    const double jitter = r.number("router_jitter_noise", 0.0);
+    if (jitter != 0) {
+      r.refuse("router_jitter_noise ", jitter,
+               " (HF applies it in training only, but npullm does not guess that a checkpoint "
+               "with it was meant to run without)");
+    }
+    if (!mixtral) {
+      // Layer l is sparse when (l + 1) % decoder_sparse_step == 0 and l is not in
+      // mlp_only_layers (HF's Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer).
+      const std::size_t step = r.size("decoder_sparse_step", 1);
+      m.layers.assign(c.num_hidden_layers, false);
+      for (std::size_t l = 0; l < c.num_hidden_layers; ++l) m.layers[l] = (l + 1) % step == 0;
+      if (const auto* v = r.get("mlp_only_layers")) {
+        if (!v->is_array()) r.corrupt("mlp_only_layers is not a list: ", v->dump());
+        for (const auto& e : *v) {
+          if (!e.is_number_unsigned() || e.get<std::uint64_t>() >= c.num_hidden_layers) {
+            r.corrupt("mlp_only_layers holds ", e.dump(), " (want layer indices below ",
+                      c.num_hidden_layers, ")");
+          }
+          m.layers[static_cast<std::size_t>(e.get<std::uint64_t>())] = false;
+        }
+      }
+    }
+  } else {
+    for (const char* key :
+         {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+          "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
+          "mlp_only_layers", "router_jitter_noise"}) {
+      if (const auto* v = r.get(key)) {
+        r.refuse(key, " ", v->dump(), " for ", model_type,
+                 " (a mixture-of-experts key; npullm reads it for mixtral, qwen2_moe and "
+                 "qwen3_moe)");
+      }
+    }
   }
 
   // --- dtype (torch_dtype; HF 5 writes dtype) ---

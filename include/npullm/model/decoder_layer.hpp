@@ -7,6 +7,7 @@
 //                                      whatever the caller keeps of the segment's K/V
 //   a = att W_o (+ b_o);  a = rms_norm(a) (Gemma 2's sandwich);  x += a
 //   m = down(act(rms_norm(x) W_gate) * rms_norm(x) W_up);  m = rms_norm(m) (Gemma 2);  x += m
+//   (a mixture-of-experts layer: m = moe_mlp(rms_norm(x)), model/moe_mlp.hpp)
 //
 // act is silu or gelu_tanh (config.hidden_act); every rms_norm scales by (1 + w) where the
 // family says so (Gemma 2); the attention scale is config.attention_scale().
@@ -33,6 +34,7 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
+#include "npullm/model/moe_mlp.hpp"
 #include "npullm/model/weights.hpp"
 #include "npullm/ops/gelu_mul.hpp"
 #include "npullm/ops/linear.hpp"
@@ -67,7 +69,9 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   const float eps = static_cast<float>(cfg.rms_norm_eps);
   const float norm_offset = cfg.norm_unit_offset ? 1.0f : 0.0f;
   auto norm = [&](dense_view<const float, 2> in, const dense_view<const W, 1>& weight,
-                  dense_view<float, 2> out) { ops::rms_norm<W>(in, weight, eps, out, norm_offset); };
+                  dense_view<float, 2> out) {
+    ops::rms_norm<W>(in, weight, eps, out, norm_offset);
+  };
   norm(x, w.input_norm, h);
   project(h, w.q, q, w.q_bias, policy);
   project(h, w.k, k, w.k_bias, policy);
@@ -83,10 +87,13 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   // Head-major copies, one contiguous block per segment.
   const float scale = static_cast<float>(cfg.attention_scale());
   for (const Segment& g : segments) {
-    const dense_view<float, 3> qh(a.qh.data() + g.begin * hq * D, hq, g.rows, D);    // (hq, rows, D)
-    const dense_view<float, 3> kh(a.kh.data() + g.begin * hkv * D, hkv, g.rows, D);  // (hkv, rows, D)
-    const dense_view<float, 3> vh(a.vh.data() + g.begin * hkv * D, hkv, g.rows, D);  // (hkv, rows, D)
-    const dense_view<float, 3> att(a.att.data() + g.begin * hq * D, hq, g.rows, D);  // (hq, rows, D)
+    const dense_view<float, 3> qh(a.qh.data() + g.begin * hq * D, hq, g.rows, D);  // (hq, rows, D)
+    const dense_view<float, 3> kh(a.kh.data() + g.begin * hkv * D, hkv, g.rows,
+                                  D);  // (hkv, rows, D)
+    const dense_view<float, 3> vh(a.vh.data() + g.begin * hkv * D, hkv, g.rows,
+                                  D);  // (hkv, rows, D)
+    const dense_view<float, 3> att(a.att.data() + g.begin * hq * D, hq, g.rows,
+                                   D);  // (hq, rows, D)
     for (std::size_t r = 0; r < g.rows; ++r) {
       for (std::size_t hh = 0; hh < hq; ++hh)
         std::copy_n(&q(g.begin + r, hh * D), D, &qh(hh, r, 0));
@@ -123,8 +130,17 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   add_into(x, h);
   // MLP.
   norm(x, w.post_norm, h);
-  auto gt = rows(a.gate.view(), 0, S);  // (S, intermediate)
-  auto up = rows(a.up.view(), 0, S);    // (S, intermediate)
+  if (w.moe.present()) {  // a mixture of experts (model/moe_mlp.hpp)
+    const std::size_t H = cfg.hidden_size;
+    const dense_view<float, 2> y(a.moe_out.data(), S, H);
+    moe_mlp(w.moe, cfg, h, y, a.gate.data(), a.up.data(),
+            dense_view<float, 2>(a.expert_in.data(), S, H),
+            dense_view<float, 2>(a.expert_out.data(), S, H), a.moe, policy);
+    add_into(x, y);
+    return;
+  }
+  const dense_view<float, 2> gt(a.gate.data(), S, cfg.intermediate_size);  // (S, intermediate)
+  const dense_view<float, 2> up(a.up.data(), S, cfg.intermediate_size);    // (S, intermediate)
   project(h, w.gate, gt, {}, policy);
   project(h, w.up, up, {}, policy);
   if (cfg.hidden_act == activation_kind::gelu_tanh) {

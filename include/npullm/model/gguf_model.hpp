@@ -33,6 +33,13 @@
 //                       scale has no key: llama.cpp uses 1 / sqrt(head_dim), except for 46
 //                       layers (Gemma 2 27B) 1 / sqrt(hidden / heads); so does this reader
 //                       (query_pre_attn_scalar).
+//   qwen2moe -> qwen2   with experts: ffn_gate_inp (the router), ffn_{gate,up,down}_exps (3-D,
+//                       one slab per expert), a shared expert ffn_{gate,up,down}_shexp scaled by
+//                       sigmoid(ffn_gate_inp_shexp . x); expert_feed_forward_length,
+//                       expert_shared_feed_forward_length; the top-k weights not renormalized.
+//   qwen3moe -> qwen3   with experts (no shared one), top-k renormalized.
+//   llama with expert_count > 0 is Mixtral: experts of feed_forward_length, renormalized.
+//   (llama.cpp's rule per architecture; expert_weights_norm, when present, says it instead.)
 //   phi3    -> phi3     fused attn_qkv (HF's qkv_proj) and ffn_up holding gate and up (HF's
 //                       gate_up_proj); LongRoPE from the tensors rope_factors_long / _short
 //                       [rotary_dim / 2], rope.scaling.original_context_length and
@@ -52,7 +59,9 @@
 // attention.layer_norm_rms_epsilon, context_length (default 2048), rope.freq_base (default
 // 10000), attention.key_length (default hidden / heads) and attention.value_length (must equal
 // it), rope.dimension_count (the head dim, or phi3's rotary dims), vocab_size (must equal
-// token_embd's rows), expert_count / expert_used_count (0 only), attention.sliding_window (gemma2,
+// token_embd's rows), expert_count / expert_used_count, expert_feed_forward_length,
+// expert_shared_feed_forward_length, expert_weights_norm, expert_gating_func (softmax only),
+// attention.sliding_window (gemma2,
 // phi3; 0 elsewhere), rope.scaling.type (none, linear, yarn) with rope.scaling.factor,
 // rope.scaling.original_context_length, rope.scaling.attn_factor, rope.scaling.yarn_beta_fast /
 // yarn_beta_slow; gemma2's attn_logit_softcapping and final_logit_softcapping. Besides:
@@ -180,11 +189,26 @@ inline std::string gguf_tensor_name(std::string_view hf, model_family f = model_
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.gate_up_proj.weight", "ffn_up.weight"},  // Phi-3: rows gate | up
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      // Mixtures of experts: the router, the shared expert and its gate (Qwen2-MoE). The
+      // experts themselves are one 3-D tensor per matrix (gguf_expert_tensor_name).
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
   };
   for (const auto& [from, to] : parts) {
     if (part == from) return name(to);
   }
   return "";
+}
+
+// The GGUF tensor holding every expert's gate, up or down matrix of layer `layer` (`part`:
+// "gate", "up", "down"): ggml shape [cols, rows, experts], expert e's (rows, cols) matrix the
+// e-th slab.
+inline std::string gguf_expert_tensor_name(std::size_t layer, std::string_view part) {
+  return "blk." + std::to_string(layer) + ".ffn_" + std::string(part) + "_exps.weight";
 }
 
 // Whether HF tensor `hf` of a model of family f is stored row-permuted in a GGUF file.
@@ -333,11 +357,11 @@ gguf_model_info read_gguf_model(const io::gguf_header& h, BytesOf&& bytes_of,
   gguf_model_info out;
   model_config& c = out.config;
   using F = model_family;
-  if (arch == "qwen2") {
+  if (arch == "qwen2" || arch == "qwen2moe") {
     c.family = F::qwen2;
   } else if (arch == "llama") {
     c.family = F::llama;
-  } else if (arch == "qwen3") {
+  } else if (arch == "qwen3" || arch == "qwen3moe") {
     c.family = F::qwen3;
   } else if (arch == "gemma2") {
     c.family = F::gemma2;
@@ -345,7 +369,9 @@ gguf_model_info read_gguf_model(const io::gguf_header& h, BytesOf&& bytes_of,
     c.family = F::phi3;
   } else {
     refuse("general.architecture '", io::detail::gguf_printable(arch),
-           "' (npullm reads llama, which includes Mistral's files, qwen2, qwen3, gemma2 and phi3)");
+           "' (npullm reads llama, which includes Mistral's and Mixtral's files, qwen2, qwen3, "
+           "gemma2, "
+           "phi3, qwen2moe and qwen3moe)");
   }
   const F f = c.family;
   const bool gemma2 = f == F::gemma2, phi3 = f == F::phi3;
@@ -432,8 +458,37 @@ gguf_model_info read_gguf_model(const io::gguf_header& h, BytesOf&& bytes_of,
   c.rope_theta = opt_float("rope.freq_base").value_or(10000.0);
   if (!(c.rope_theta > 1) || !std::isfinite(c.rope_theta))
     corrupt(p, "rope.freq_base ", c.rope_theta);
-  for (const char* k : {"expert_count", "expert_used_count"}) {
-    if (const auto e = opt_uint(k); e && *e > 0) refuse(p, k, " ", *e, " (mixture of experts)");
+  // ---- mixture of experts (see the top) ----
+  {
+    const bool moe_arch = arch == "qwen2moe" || arch == "qwen3moe";
+    const auto n = opt_uint("expert_count");
+    const auto k = opt_uint("expert_used_count");
+    if (moe_arch && (!n || *n == 0)) corrupt(arch, " without ", p, "expert_count");
+    if (n && *n > 0) {
+      if (!moe_arch && f != F::llama) refuse(p, "expert_count ", *n, " (experts in a ", arch, ")");
+      moe_config& m = c.moe;
+      m.experts = static_cast<std::size_t>(*n);
+      if (!k || *k == 0) corrupt(p, "expert_count ", *n, " without expert_used_count");
+      if (*k > *n) corrupt(p, "expert_used_count ", *k, " exceeds expert_count ", *n);
+      m.experts_per_token = static_cast<std::size_t>(*k);
+      // llama (Mixtral): experts of feed_forward_length; the Qwen ones have their own key.
+      m.expert_intermediate_size =
+          moe_arch ? size("expert_feed_forward_length") : c.intermediate_size;
+      // llama.cpp's rule per architecture, unless the file says (expert_weights_norm).
+      m.normalize_top_k = arch != "qwen2moe";
+      if (const auto norm = h.find<bool>(key("expert_weights_norm"))) m.normalize_top_k = *norm;
+      if (const auto g = opt_uint("expert_gating_func"); g && *g != 1)
+        refuse(p, "expert_gating_func ", *g, " (npullm's router is a softmax: 1)");
+      if (arch == "qwen2moe") {
+        if (const auto s = opt_uint("expert_shared_feed_forward_length")) {
+          m.shared_expert_intermediate_size = size("expert_shared_feed_forward_length");
+        } else if (const auto* t = h.find_tensor("blk.0.ffn_gate_shexp.weight")) {
+          m.shared_expert_intermediate_size = t->shape().empty() ? 0 : t->shape()[0];
+        }
+      }
+    } else if (k && *k > 0) {
+      corrupt(p, "expert_used_count ", *k, " without experts");
+    }
   }
 
   // ---- the token embedding: the vocabulary ----

@@ -187,6 +187,21 @@ ops::quantized_view quantize_matrix(dense_view<const W, 2> w, const quantization
 
 }  // namespace detail
 
+// A mixture-of-experts MLP's weights (config.moe): the router in f32 (the choice of experts
+// turns on near-ties, so its logits are computed from the stored values without rounding them
+// to W), each expert's three matrices (views of the GGUF's 3-D tensors' slabs, zero-copy, or
+// of the per-expert safetensors), and Qwen2-MoE's shared expert with its sigmoid gate.
+template <storage_type W>
+struct moe_weights {
+  dense_view<const float, 2> router;                  // (experts, hidden)
+  std::vector<projection<W>> gate, up;                // [experts] (expert_intermediate, hidden)
+  std::vector<projection<W>> down;                    // [experts] (hidden, expert_intermediate)
+  projection<W> shared_gate, shared_up, shared_down;  // rows() == 0 without a shared expert
+  std::span<const float> shared_expert_gate;          // (hidden); empty without one
+
+  [[nodiscard]] bool present() const noexcept { return !gate.empty(); }
+};
+
 // One decoder layer's weights (views). Which are present depends on the family (config.hpp):
 // every family has input_norm, q/k/v/o and gate/up/down; Phi-3's fused qkv_proj and
 // gate_up_proj are bound as row ranges of the fused matrices (zero-copy).
@@ -206,7 +221,25 @@ struct layer_weights {
   // (hidden): Gemma 2's sandwich norms on the attention output (post_attention_layernorm) and
   // on the MLP output (post_feedforward_layernorm), else empty.
   dense_view<const W, 1> attn_out_norm, mlp_out_norm;
+  // A mixture-of-experts layer (config.moe.in_layer): gate / up / down above are empty then.
+  moe_weights<W> moe;
 };
+
+// fn(projection&) for every matrix of a layer that has one: q, k, v, o, then the dense MLP's
+// gate, up, down or the experts' (gate, up, down per expert) and the shared expert's.
+template <class Layer, class Fn>
+void for_each_projection(Layer& l, Fn&& fn) {
+  auto visit = [&](auto& p) {
+    if (p.rows() != 0) fn(p);
+  };
+  for (auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) visit(*p);
+  for (std::size_t e = 0; e < l.moe.gate.size(); ++e) {
+    visit(l.moe.gate[e]);
+    visit(l.moe.up[e]);
+    visit(l.moe.down[e]);
+  }
+  for (auto* p : {&l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down}) visit(*p);
+}
 
 template <storage_type W>
 class model_weights {
@@ -231,6 +264,9 @@ class model_weights {
         },
         [&](const std::string& name, std::size_t n) {
           return w->bias(w->template mapped<1>(name, {n}));
+        },
+        [&](const std::string& name, std::size_t rows, std::size_t cols) {
+          return w->floats(w->template mapped<2>(name, {rows, cols}));
         });
     return w;
   }
@@ -272,7 +308,10 @@ class model_weights {
             [&](const std::string& name, std::size_t rows, std::size_t cols, matrix_role) {
               return w->gguf_matrix(name, rows, cols);
             },
-            [&](const std::string& name, std::size_t n) { return w->gguf_bias(name, n); });
+            [&](const std::string& name, std::size_t n) { return w->gguf_bias(name, n); },
+            [&](const std::string& name, std::size_t rows, std::size_t cols) {
+              return w->gguf_float_matrix(name, rows, cols);
+            });
     w->gguf_used_ = nullptr;
     for (const io::gguf_tensor_info& t : file->tensors()) {
       if (!used.contains(t.name)) {
@@ -293,6 +332,10 @@ class model_weights {
     if (quantized_matrices() != 0) {
       raise(error_code::unsupported, "model_weights: ", quantized_matrices(),
             " quantized matrices; a device-memory backend runs dense weights only");
+    }
+    if (config_.moe.experts != 0) {
+      raise(error_code::unsupported, "model_weights: a mixture of ", config_.moe.experts,
+            " experts; a device-memory backend runs dense MLPs only");
     }
     std::shared_ptr<model_weights> w(new model_weights(config_));
     auto copy = [&](const auto& v) {
@@ -348,14 +391,13 @@ class model_weights {
 
   [[nodiscard]] const model_config& config() const noexcept { return config_; }
 
-  // How many matrices (embedding, LM head when untied, every projection) are quantized.
+  // How many matrices (embedding, LM head when untied, every projection and expert matrix) are
+  // quantized.
   [[nodiscard]] std::size_t quantized_matrices() const noexcept {
     std::size_t n =
         embed.is_quantized() + (lm_head.identity() != embed.identity() && lm_head.is_quantized());
-    for (const layer_weights<W>& l : layers) {
-      for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-        n += p->is_quantized();
-    }
+    for (const layer_weights<W>& l : layers)
+      for_each_projection(l, [&](const projection<W>& p) { n += p.is_quantized(); });
     return n;
   }
 
@@ -368,10 +410,11 @@ class model_weights {
 
   explicit model_weights(model_config config) : config_(std::move(config)) {}
 
-  // Every tensor through vec(name, n), mat(name, rows, cols, role) and bias(name, n), by its
-  // Hugging Face name.
-  template <class Vec, class Mat, class Bias>
-  void bind(Vec&& vec, Mat&& mat, Bias&& bias) {
+  // Every tensor through vec(name, n), mat(name, rows, cols, role), bias(name, n) and
+  // f32(name, rows, cols) (a small matrix as f32: the router), by its Hugging Face name; the
+  // experts of a GGUF through gguf_experts.
+  template <class Vec, class Mat, class Bias, class F32>
+  void bind(Vec&& vec, Mat&& mat, Bias&& bias, F32&& f32) {
     const auto& c = config_;
     const std::size_t h = c.hidden_size;
     const auto P = matrix_role::projection;
@@ -399,11 +442,17 @@ class model_weights {
         lw.q = mat(p + "self_attn.q_proj.weight", c.q_size(), h, P);
         lw.k = mat(p + "self_attn.k_proj.weight", c.kv_size(), h, P);
         lw.v = mat(p + "self_attn.v_proj.weight", c.kv_size(), h, P);
-        lw.gate = mat(p + "mlp.gate_proj.weight", inter, h, P);
-        lw.up = mat(p + "mlp.up_proj.weight", inter, h, P);
+        if (!c.moe.in_layer(l)) {
+          lw.gate = mat(p + "mlp.gate_proj.weight", inter, h, P);
+          lw.up = mat(p + "mlp.up_proj.weight", inter, h, P);
+        }
       }
       lw.o = mat(p + "self_attn.o_proj.weight", h, c.q_size(), P);
-      lw.down = mat(p + "mlp.down_proj.weight", h, inter, P);
+      if (c.moe.in_layer(l)) {
+        bind_moe(l, p, lw.moe, mat, f32);
+      } else {
+        lw.down = mat(p + "mlp.down_proj.weight", h, inter, P);
+      }
       if (c.sandwich_norms) {
         lw.attn_out_norm = vec(p + "post_attention_layernorm.weight", h);
         lw.post_norm = vec(p + "pre_feedforward_layernorm.weight", h);
@@ -423,6 +472,47 @@ class model_weights {
       if (c.attention_output_bias) lw.o_bias = bias(p + "self_attn.o_proj.bias", h);
       layers.push_back(lw);
     }
+  }
+
+  // Layer l's experts (HF prefix p): Mixtral's block_sparse_moe (w1 gate, w3 up, w2 down) or
+  // the Qwen mixtures' mlp.experts, the router, and Qwen2-MoE's shared expert.
+  template <class Mat, class F32>
+  void bind_moe(std::size_t l, const std::string& p, moe_weights<W>& m, Mat& mat, F32& f32) {
+    const auto& c = config_;
+    const std::size_t h = c.hidden_size, n = c.moe.experts, ff = c.moe.expert_intermediate_size;
+    const auto P = matrix_role::projection;
+    const bool mixtral = c.family == model_family::mistral || c.family == model_family::llama;
+    const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    m.router = f32(block + "gate.weight", n, h);
+    if (gguf_) {
+      m.gate = gguf_experts(l, "gate", ff, h);
+      m.up = gguf_experts(l, "up", ff, h);
+      m.down = gguf_experts(l, "down", h, ff);
+    } else {
+      for (std::size_t e = 0; e < n; ++e) {
+        const std::string x = block + "experts." + std::to_string(e) + ".";
+        m.gate.push_back(mat(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ff, h, P));
+        m.up.push_back(mat(x + (mixtral ? "w3.weight" : "up_proj.weight"), ff, h, P));
+        m.down.push_back(mat(x + (mixtral ? "w2.weight" : "down_proj.weight"), h, ff, P));
+      }
+    }
+    if (const std::size_t sf = c.moe.shared_expert_intermediate_size; sf != 0) {
+      m.shared_gate = mat(p + "mlp.shared_expert.gate_proj.weight", sf, h, P);
+      m.shared_up = mat(p + "mlp.shared_expert.up_proj.weight", sf, h, P);
+      m.shared_down = mat(p + "mlp.shared_expert.down_proj.weight", h, sf, P);
+      const auto g = f32(p + "mlp.shared_expert_gate.weight", 1, h);
+      m.shared_expert_gate = {g.data_handle(), h};
+    }
+  }
+
+  // A small matrix as f32, owned here.
+  template <class T>
+  dense_view<const float, 2> floats(dense_view<const T, 2> v) {
+    auto owned = std::make_shared<tensor<float, 2>>(v.extent(0), v.extent(1));
+    for (std::size_t i = 0; i < v.size(); ++i) owned->data()[i] = to_float(v.data_handle()[i]);
+    const dense_view<const float, 2> out(owned->data(), v.extent(0), v.extent(1));
+    owned_.push_back(std::move(owned));
+    return out;
   }
 
   template <std::size_t Rank>
@@ -551,6 +641,52 @@ class model_weights {
       owned_.push_back(std::move(owned));
     }
     return p;
+  }
+
+  // Every expert's (rows, cols) matrix of layer l's 3-D tensor (`part`: gate, up, down), each
+  // a zero-copy view of its slab.
+  std::vector<projection<W>> gguf_experts(std::size_t l, std::string_view part, std::size_t rows,
+                                          std::size_t cols) {
+    const std::string name = gguf_expert_tensor_name(l, part);
+    const io::gguf_tensor_info& t = gguf_->info(name);
+    if (gguf_used_ != nullptr) gguf_used_->insert(name);
+    const std::size_t n = config_.moe.experts;
+    gguf_check_shape(t, {n, rows, cols});
+    std::vector<projection<W>> out(n);
+    if (const auto fmt = gguf_weight_format(t.type)) {
+      const auto data = gguf_->bytes(t);
+      const std::size_t slab = rows * t.row_bytes();
+      for (std::size_t e = 0; e < n; ++e)
+        out[e].quantized.emplace(*fmt, rows, cols, data.subspan(e * slab, slab));
+      return out;
+    }
+    if (io::ggml_storage(t.type) != dtype_of<W>) {
+      raise(error_code::unsupported, "GGUF ", gguf_->path(), ": tensor '", t.name, "' is ",
+            io::ggml_type_name(t.type), "; model_weights<", to_string(dtype_of<W>),
+            "> reads dense matrices stored as ", to_string(dtype_of<W>));
+    }
+    const auto all = gguf_->template view<W, 3>(t.name);
+    for (std::size_t e = 0; e < n; ++e)
+      out[e].w = dense_view<const W, 2>(&all(e, 0, 0), rows, cols);
+    return out;
+  }
+
+  // A float matrix (F32 / F16 / BF16) as f32, owned here; a (1, cols) one may be stored 1-D.
+  dense_view<const float, 2> gguf_float_matrix(const std::string& hf_name, std::size_t rows,
+                                               std::size_t cols) {
+    const io::gguf_tensor_info& t = gguf_info(hf_name);
+    if (!(rows == 1 && t.shape() == std::vector<std::size_t>{cols}))
+      gguf_check_shape(t, {rows, cols});
+    if (!io::ggml_storage(t.type)) {
+      raise(error_code::unsupported, "GGUF ", gguf_->path(), ": tensor '", t.name, "' is ",
+            io::ggml_type_name(t.type), " (the router must be F32, F16 or BF16)");
+    }
+    const auto v = detail::gguf_tensor_values(t, gguf_->bytes(t));
+    auto owned = std::make_shared<tensor<float, 2>>(rows, cols);
+    for (std::size_t i = 0; i < rows * cols; ++i) owned->data()[i] = static_cast<float>(v[i]);
+    const dense_view<const float, 2> out(owned->data(), rows, cols);
+    owned_.push_back(std::move(owned));
+    return out;
   }
 
   // A 1-D float tensor's values as f32 (in HF row order).

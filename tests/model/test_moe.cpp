@@ -1,0 +1,641 @@
+// Mixtures of experts: the router (moe/router.hpp), the MoE MLP against a double-precision
+// reference (model/moe_mlp.hpp), GGUF files written here (qwen2moe and llama-with-experts, i.e.
+// Mixtral: prefill == decode, malformed files refused), and llama.cpp's files and logits from
+// ../shared/vectors/gguf-moe (skipped, saying so, when that folder is absent).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "npullm/io/gguf_writer.hpp"
+#include "npullm/model/causal_lm.hpp"
+#include "npullm/model/config.hpp"
+#include "npullm/model/moe_mlp.hpp"
+#include "npullm/moe/router.hpp"
+#include "npullm/ops/argmax.hpp"
+#include "support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace npullm;
+using namespace npullm::model;
+using npullm::io::ggml_type;
+using npullm::io::gguf_meta;
+using npullm::testing::expect_error;
+
+// ---- the router ------------------------------------------------------------------------------
+
+moe::routing route(const std::vector<float>& logits, std::size_t experts, std::size_t k,
+                   bool normalize) {
+  moe::routing r;
+  moe::route(dense_view<const float, 2>(logits.data(), logits.size() / experts, experts), k,
+             normalize, r);
+  return r;
+}
+
+TEST(moe_router, picks_the_k_largest_in_descending_order_with_softmax_weights) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.0f};
+  const auto r = route(logits, 4, 2, false);
+  ASSERT_EQ(r.experts, (std::vector<std::int32_t>{1, 3}));
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(r.weights[0], std::exp(2.0) / z, 1e-7);
+  EXPECT_NEAR(r.weights[1], std::exp(1.0) / z, 1e-7);
+  EXPECT_NEAR(r.margins[0], (std::exp(1.0) - std::exp(0.5)) / z, 1e-7);
+  const auto n = route(logits, 4, 2, true);  // renormalized: the two sum to 1
+  EXPECT_EQ(n.experts, r.experts);
+  EXPECT_NEAR(n.weights[0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-7);
+  EXPECT_NEAR(n.weights[0] + n.weights[1], 1.0, 1e-7);
+}
+
+TEST(moe_router, k_one_and_k_all) {
+  const std::vector<float> logits = {0.1f, -0.3f, 0.7f, 0.2f, 0.7f, -2.0f};  // 2 rows of 3
+  const auto one = route(logits, 3, 1, true);
+  EXPECT_EQ(one.experts, (std::vector<std::int32_t>{2, 1}));
+  EXPECT_EQ(one.weights, (std::vector<float>{1.0f, 1.0f}));  // normalized over one: exactly 1
+  const auto all = route(logits, 3, 3, false);
+  EXPECT_EQ(all.experts, (std::vector<std::int32_t>{2, 0, 1, 1, 0, 2}));
+  EXPECT_NEAR(all.weights[0] + all.weights[1] + all.weights[2], 1.0, 1e-6);
+  EXPECT_EQ(all.margins, (std::vector<float>{1.0f, 1.0f}));  // nothing left out
+}
+
+TEST(moe_router, equal_logits_go_to_the_lower_index) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 3.0f, 0.0f};
+  const auto r = route(logits, 5, 2, true);
+  EXPECT_EQ(r.experts, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(r.weights[0], r.weights[1]);
+  EXPECT_EQ(r.margins[0], 0.0f);  // expert 3 ties with the second choice
+}
+
+TEST(moe_router, minus_infinity_is_never_preferred_and_bad_rows_are_refused) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto r = route({-inf, 0.0f, -inf, -1.0f}, 4, 3, false);
+  EXPECT_EQ(r.experts, (std::vector<std::int32_t>{1, 3, 0}));  // then -inf in index order
+  EXPECT_EQ(r.weights[2], 0.0f);
+  expect_error(
+      [] {
+        route({0.0f, std::nanf(""), 1.0f}, 3, 1, false);
+      },
+      error_code::invalid_argument, "row 0 has a NaN logit (expert 1)");
+  expect_error(
+      [inf] {
+        route({1.0f, 2.0f, -inf, -inf}, 2, 1, false);
+      },
+      error_code::invalid_argument, "row 1 has every logit -inf");
+  expect_error(
+      [] {
+        route({1.0f, 2.0f}, 2, 3, false);
+      },
+      error_code::invalid_argument, "k = 3 of 2 experts");
+  expect_error(
+      [] {
+        route({1.0f, 2.0f}, 2, 0, false);
+      },
+      error_code::invalid_argument, "k = 0 of 2 experts");
+}
+
+TEST(moe_router, groups_rows_by_expert_in_row_order) {
+  // 4 rows, k = 2 of 4 experts: expert 0 takes every row, expert 3 none.
+  const std::vector<float> logits = {5, 1, 0, -9, 5, 0, 1, -9, 5, 1, 0, -9, 5, 0, 1, -9};
+  const auto r = route(logits, 4, 2, true);
+  moe::expert_groups g;
+  moe::group_by_expert(r, 4, g);
+  EXPECT_EQ(g.offsets, (std::vector<std::size_t>{0, 4, 6, 8, 8}));
+  EXPECT_EQ(g.count(3), 0u);
+  EXPECT_EQ(g.rows, (std::vector<std::int32_t>{0, 1, 2, 3, 0, 2, 1, 3}));
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(g.weights[i], r.weights[2 * i]);
+  expect_error([&] { moe::group_by_expert(r, 2, g); }, error_code::invalid_argument,
+               "expert 2 of 2");
+}
+
+// ---- moe_mlp against a double reference ------------------------------------------------------
+
+struct random_moe {
+  std::size_t H, F, SF, E, K;
+  bool normalize;
+  std::vector<float> router, gate, up, down, sgate, sup, sdown, sg;
+  moe_weights<float> w;
+  model_config c;
+
+  random_moe(std::size_t h, std::size_t f, std::size_t sf, std::size_t e, std::size_t k, bool norm,
+             std::uint32_t seed)
+      : H(h), F(f), SF(sf), E(e), K(k), normalize(norm) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, 0.3f);
+    auto fill = [&](std::vector<float>& v, std::size_t n) {
+      v.resize(n);
+      for (float& x : v) x = d(rng);
+    };
+    fill(router, E * H);
+    fill(gate, E * F * H);
+    fill(up, E * F * H);
+    fill(down, E * H * F);
+    w.router = dense_view<const float, 2>(router.data(), E, H);
+    for (std::size_t i = 0; i < E; ++i) {
+      w.gate.emplace_back().w = dense_view<const float, 2>(gate.data() + i * F * H, F, H);
+      w.up.emplace_back().w = dense_view<const float, 2>(up.data() + i * F * H, F, H);
+      w.down.emplace_back().w = dense_view<const float, 2>(down.data() + i * H * F, H, F);
+    }
+    if (SF != 0) {
+      fill(sgate, SF * H);
+      fill(sup, SF * H);
+      fill(sdown, H * SF);
+      fill(sg, H);
+      w.shared_gate.w = dense_view<const float, 2>(sgate.data(), SF, H);
+      w.shared_up.w = dense_view<const float, 2>(sup.data(), SF, H);
+      w.shared_down.w = dense_view<const float, 2>(sdown.data(), H, SF);
+      w.shared_expert_gate = sg;
+    }
+    c.hidden_size = H;
+    c.moe = {E, K, F, normalize, SF, {}};
+  }
+
+  // Row x's output in double: the same rule, written out.
+  std::vector<double> reference(const float* x) const {
+    std::vector<double> logit(E), out(H, 0.0);
+    double mx = -1e300;
+    for (std::size_t e = 0; e < E; ++e) {
+      for (std::size_t i = 0; i < H; ++i) logit[e] += double(x[i]) * router[e * H + i];
+      mx = std::max(mx, logit[e]);
+    }
+    std::vector<double> p(E);
+    double z = 0;
+    for (std::size_t e = 0; e < E; ++e) z += p[e] = std::exp(logit[e] - mx);
+    std::vector<std::size_t> order(E);
+    for (std::size_t e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return p[a] > p[b]; });
+    double chosen = 0;
+    for (std::size_t j = 0; j < K; ++j) chosen += p[order[j]] / z;
+    auto expert = [&](const float* g, const float* u, const float* dn, std::size_t f,
+                      double scale) {
+      std::vector<double> a(f);
+      for (std::size_t r = 0; r < f; ++r) {
+        double gs = 0, us = 0;
+        for (std::size_t i = 0; i < H; ++i) {
+          gs += double(g[r * H + i]) * x[i];
+          us += double(u[r * H + i]) * x[i];
+        }
+        a[r] = gs / (1 + std::exp(-gs)) * us;
+      }
+      for (std::size_t o = 0; o < H; ++o) {
+        double s = 0;
+        for (std::size_t r = 0; r < f; ++r) s += double(dn[o * f + r]) * a[r];
+        out[o] += scale * s;
+      }
+    };
+    for (std::size_t j = 0; j < K; ++j) {
+      const std::size_t e = order[j];
+      const double wt = p[e] / z / (normalize ? chosen : 1.0);
+      expert(&gate[e * F * H], &up[e * F * H], &down[e * H * F], F, wt);
+    }
+    if (SF != 0) {
+      double dot = 0;
+      for (std::size_t i = 0; i < H; ++i) dot += double(x[i]) * sg[i];
+      expert(sgate.data(), sup.data(), sdown.data(), SF, 1 / (1 + std::exp(-dot)));
+    }
+    return out;
+  }
+
+  // moe_mlp over rows x (S, H).
+  std::vector<float> run(const std::vector<float>& x, moe_scratch& s) const {
+    const std::size_t S = x.size() / H, wide = std::max(F, SF);
+    std::vector<float> y(S * H), g(S * wide), u(S * wide), xe(S * H), ye(S * H);
+    moe_mlp(w, c, dense_view<const float, 2>(x.data(), S, H), dense_view<float, 2>(y.data(), S, H),
+            g.data(), u.data(), dense_view<float, 2>(xe.data(), S, H),
+            dense_view<float, 2>(ye.data(), S, H), s, pool_policy{});
+    return y;
+  }
+};
+
+TEST(moe_mlp, matches_the_double_reference_at_odd_sizes) {
+  for (const auto& [S, shared, norm] :
+       {std::tuple{1u, false, true}, std::tuple{17u, true, false}, std::tuple{37u, false, false}}) {
+    random_moe m(48, 40, shared ? 24 : 0, 6, 2, norm, 7 + S);
+    std::mt19937 rng(S);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> x(S * m.H);
+    for (float& v : x) v = d(rng);
+    moe_scratch s;
+    const auto y = m.run(x, s);
+    std::set<std::int32_t> used(s.routing.experts.begin(), s.routing.experts.end());
+    double worst = 0;
+    for (std::size_t r = 0; r < S; ++r) {
+      const auto ref = m.reference(&x[r * m.H]);
+      for (std::size_t o = 0; o < m.H; ++o)
+        worst = std::max(worst, std::fabs(ref[o] - y[r * m.H + o]) / (1 + std::fabs(ref[o])));
+    }
+    EXPECT_LE(worst, 2e-5) << "S = " << S;  // f32 dot products of length <= 48
+    if (S > 1) {
+      EXPECT_GT(used.size(), 2u) << "the rows should spread over experts";
+    }
+  }
+}
+
+TEST(moe_mlp, a_row_alone_gets_what_it_gets_in_a_batch) {
+  random_moe m(32, 24, 16, 5, 2, true, 3);
+  std::vector<float> x(9 * m.H);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (float& v : x) v = d(rng);
+  moe_scratch s;
+  const auto all = m.run(x, s);
+  for (std::size_t r = 0; r < 9; ++r) {
+    const std::vector<float> one(x.begin() + r * m.H, x.begin() + (r + 1) * m.H);
+    const auto y = m.run(one, s);
+    for (std::size_t o = 0; o < m.H; ++o) EXPECT_NEAR(y[o], all[r * m.H + o], 1e-5) << r;
+  }
+}
+
+TEST(moe_mlp, one_expert_taking_every_row_and_experts_taking_none) {
+  random_moe m(32, 16, 0, 4, 1, true, 5);
+  // Router row 2 dominates for every x with positive entries; the others see nothing.
+  std::fill(m.router.begin(), m.router.end(), 0.0f);
+  std::fill(m.router.begin() + 2 * m.H, m.router.begin() + 3 * m.H, 1.0f);
+  std::vector<float> x(7 * m.H, 0.25f);
+  moe_scratch s;
+  s.record = true;
+  const auto y = m.run(x, s);
+  ASSERT_EQ(s.records.size(), 1u);
+  EXPECT_EQ(s.groups.count(2), 7u);
+  EXPECT_EQ(s.groups.count(0) + s.groups.count(1) + s.groups.count(3), 0u);
+  const auto ref = m.reference(x.data());
+  for (std::size_t o = 0; o < m.H; ++o) EXPECT_NEAR(y[o], ref[o], 1e-5 * (1 + std::fabs(ref[o])));
+}
+
+// ---- GGUF files written here -----------------------------------------------------------------
+
+struct moe_file {
+  std::string arch = "qwen2moe";                          // or "llama" (Mixtral)
+  std::size_t experts = 4, used = 2, tensor_experts = 0;  // 0: experts
+  std::vector<std::pair<std::string, gguf_meta>> keys = {};
+  std::set<std::string> drop_keys = {};
+};
+
+constexpr std::size_t H = 64, heads = 4, kv_heads = 2, head_dim = 16, ff = 32, shared_ff = 48,
+                      vocab = 96, layers = 2;
+
+fs::path write_moe(const moe_file& f, const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("npullm_moe_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const bool qwen = f.arch == "qwen2moe";
+  const std::string p = f.arch + ".";
+  io::gguf_writer w;
+  std::vector<std::pair<std::string, gguf_meta>> keys = {
+      {"general.architecture", gguf_meta(f.arch)},
+      {p + "block_count", gguf_meta(std::uint32_t{layers})},
+      {p + "context_length", gguf_meta(std::uint32_t{256})},
+      {p + "embedding_length", gguf_meta(std::uint32_t{H})},
+      {p + "feed_forward_length", gguf_meta(std::uint32_t{ff})},
+      {p + "attention.head_count", gguf_meta(std::uint32_t{heads})},
+      {p + "attention.head_count_kv", gguf_meta(std::uint32_t{kv_heads})},
+      {p + "rope.freq_base", gguf_meta(10000.0f)},
+      {p + "attention.layer_norm_rms_epsilon", gguf_meta(1e-6f)},
+      {p + "expert_count", gguf_meta(static_cast<std::uint32_t>(f.experts))},
+      {p + "expert_used_count", gguf_meta(static_cast<std::uint32_t>(f.used))},
+  };
+  if (qwen) {
+    keys.emplace_back(p + "expert_feed_forward_length", gguf_meta(std::uint32_t{ff}));
+    keys.emplace_back(p + "expert_shared_feed_forward_length", gguf_meta(std::uint32_t{shared_ff}));
+  }
+  for (const auto& k : f.keys) {
+    std::erase_if(keys, [&](const auto& e) { return e.first == k.first; });
+    keys.push_back(k);
+  }
+  for (const auto& [k, v] : keys)
+    if (!f.drop_keys.contains(k)) w.add(k, v);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 0.2f);
+  std::vector<std::vector<float>> keep;
+  auto tensor = [&](const std::string& n, std::vector<std::size_t> shape, float base = 0) {
+    std::size_t count = 1;
+    for (std::size_t s : shape) count *= s;
+    std::vector<float> v(count);
+    for (float& x : v) x = base + d(rng);
+    std::vector<std::byte> bytes(count * 4);
+    std::memcpy(bytes.data(), v.data(), bytes.size());
+    w.add_tensor(n, ggml_type::f32, shape, std::move(bytes));
+  };
+  const std::size_t te = f.tensor_experts != 0 ? f.tensor_experts : f.experts;
+  tensor("token_embd.weight", {vocab, H});
+  tensor("output_norm.weight", {H}, 1);
+  tensor("output.weight", {vocab, H});
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    tensor(b + "attn_norm.weight", {H}, 1);
+    tensor(b + "attn_q.weight", {heads * head_dim, H});
+    tensor(b + "attn_k.weight", {kv_heads * head_dim, H});
+    tensor(b + "attn_v.weight", {kv_heads * head_dim, H});
+    tensor(b + "attn_output.weight", {H, heads * head_dim});
+    if (qwen) {
+      tensor(b + "attn_q.bias", {heads * head_dim});
+      tensor(b + "attn_k.bias", {kv_heads * head_dim});
+      tensor(b + "attn_v.bias", {kv_heads * head_dim});
+    }
+    tensor(b + "ffn_norm.weight", {H}, 1);
+    tensor(b + "ffn_gate_inp.weight", {te, H});
+    tensor(b + "ffn_gate_exps.weight", {te, ff, H});
+    tensor(b + "ffn_up_exps.weight", {te, ff, H});
+    tensor(b + "ffn_down_exps.weight", {te, H, ff});
+    if (qwen) {
+      tensor(b + "ffn_gate_shexp.weight", {shared_ff, H});
+      tensor(b + "ffn_up_shexp.weight", {shared_ff, H});
+      tensor(b + "ffn_down_shexp.weight", {H, shared_ff});
+      tensor(b + "ffn_gate_inp_shexp.weight", {H});
+    }
+  }
+  const fs::path path = dir / (name + ".gguf");
+  w.write(path);
+  return path;
+}
+
+using lm_f32 = causal_lm<pipeline_config<contiguous_kv<float>, dynamic_attention<>, float>>;
+
+std::vector<float> prefill_logits(std::shared_ptr<const model_weights<float>> w,
+                                  const std::vector<std::int32_t>& ids) {
+  lm_f32 lm(std::move(w), {.max_sequence = ids.size()});
+  const auto out = lm.prefill(ids, npullm::output_selection::all_rows());
+  return {out.logits.data(), out.logits.data() + out.logits.size()};
+}
+
+class written_moe : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(written_moe, reads_the_experts_and_decodes_as_it_prefills) {
+  const auto path = write_moe({.arch = GetParam()}, GetParam());
+  const auto w = model_weights<float>::load_gguf(path);
+  const model_config& c = w->config();
+  EXPECT_EQ(c.moe.experts, 4u);
+  EXPECT_EQ(c.moe.experts_per_token, 2u);
+  EXPECT_EQ(c.moe.expert_intermediate_size, ff);
+  EXPECT_EQ(c.moe.normalize_top_k, GetParam() == "llama");
+  EXPECT_EQ(c.moe.shared_expert_intermediate_size, GetParam() == "llama" ? 0u : shared_ff);
+  ASSERT_EQ(w->layers[1].moe.gate.size(), 4u);
+  EXPECT_EQ(w->layers[1].moe.down[3].rows(), H);
+  EXPECT_EQ(w->layers[1].gate.rows(), 0u);  // no dense MLP in an MoE layer
+
+  std::vector<std::int32_t> ids(23);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<std::int32_t>((i * 37 + 5) % vocab);
+  const auto all = prefill_logits(w, ids);
+  lm_f32 lm(w, {.max_sequence = ids.size()});
+  lm.record_routing(true);
+  std::set<std::int32_t> used;
+  double worst = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    const auto out = lm.decode(std::span(ids).subspan(t, 1));
+    for (std::size_t v = 0; v < vocab; ++v)
+      worst = std::max(worst, double(std::fabs(out.logits.data()[v] - all[t * vocab + v])));
+  }
+  for (const auto& r : lm.routing_records()) used.insert(r.experts.begin(), r.experts.end());
+  EXPECT_EQ(lm.routing_records().size(), ids.size() * layers);  // one per token and layer
+  EXPECT_EQ(used.size(), 4u);
+  EXPECT_LE(worst, 2e-5);  // one row's GEMVs against the step's GEMMs: f32 reassociation
+}
+
+INSTANTIATE_TEST_SUITE_P(gguf, written_moe, ::testing::Values("qwen2moe", "llama"),
+                         [](const auto& info) {
+                           return info.param == "llama" ? std::string("mixtral") : info.param;
+                         });
+
+TEST(moe_files, malformed_ones_are_refused_naming_what_is_wrong) {
+  auto load = [](const moe_file& f, const char* name) {
+    return [f, name] { model_weights<float>::load_gguf(write_moe(f, name)); };
+  };
+  expect_error(load({.experts = 4, .tensor_experts = 8}, "shape"), error_code::corrupt_data,
+               "'blk.0.ffn_gate_inp.weight' has shape [8, 64], the hyperparameters imply [4, 64]");
+  expect_error(load({.experts = 4, .used = 5}, "used"), error_code::corrupt_data,
+               "expert_used_count 5 exceeds expert_count 4");
+  expect_error(load({.drop_keys = {"qwen2moe.expert_used_count"}}, "noused"),
+               error_code::corrupt_data, "expert_count 4 without expert_used_count");
+  expect_error(load({.drop_keys = {"qwen2moe.expert_count"}}, "nocount"), error_code::corrupt_data,
+               "qwen2moe without qwen2moe.expert_count");
+  expect_error(
+      load({.keys = {{"qwen2moe.expert_gating_func", gguf_meta(std::uint32_t{2})}}}, "sigmoid"),
+      error_code::unsupported, "expert_gating_func 2");
+  expect_error(
+      load({.keys = {{"qwen2moe.expert_shared_count", gguf_meta(std::uint32_t{2})}}}, "unknown"),
+      error_code::unsupported, "key 'qwen2moe.expert_shared_count'");
+}
+
+TEST(moe_config, reads_the_mixtures_config_keys_strictly) {
+  const std::string base =
+      R"("hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100)";
+  const auto q = parse_config(R"({"model_type": "qwen2_moe", )" + base +
+                                  R"(, "num_experts": 6, "num_experts_per_tok": 2,
+                                  "moe_intermediate_size": 32, "shared_expert_intermediate_size": 80,
+                                  "decoder_sparse_step": 2, "mlp_only_layers": [3]})",
+                              "q");
+  EXPECT_EQ(q.family, model_family::qwen2);
+  EXPECT_EQ(q.moe.experts, 6u);
+  EXPECT_FALSE(q.moe.normalize_top_k);
+  EXPECT_EQ(q.moe.layers, (std::vector<bool>{false, true, false, false}));
+  const auto m = parse_config(R"({"model_type": "mixtral", )" + base + "}", "m");
+  EXPECT_EQ(m.family, model_family::mistral);
+  EXPECT_EQ(m.moe.experts, 8u);
+  EXPECT_EQ(m.moe.expert_intermediate_size, 96u);
+  EXPECT_TRUE(m.moe.normalize_top_k);
+  EXPECT_EQ(m.rope_theta, 1e6);
+  EXPECT_EQ(m.window(0), 0u);  // MixtralConfig: no window unless given
+  EXPECT_TRUE(m.moe.in_layer(3));
+  expect_error(
+      [&] {
+        parse_config(R"({"model_type": "mixtral", "num_experts_per_tok": 9, )" + base + "}", "k");
+      },
+      error_code::corrupt_data, "num_experts_per_tok 9 exceeds the 8 experts");
+  expect_error(
+      [&] {
+        parse_config(R"({"model_type": "mixtral", "router_jitter_noise": 0.1, )" + base + "}", "j");
+      },
+      error_code::unsupported, "router_jitter_noise 0.1");
+  expect_error(
+      [&] { parse_config(R"({"model_type": "qwen2", "num_experts": 4, )" + base + "}", "d"); },
+      error_code::unsupported, "num_experts 4 for qwen2");
+  expect_error(
+      [&] {
+        parse_config(R"({"model_type": "qwen3_moe", "mlp_only_layers": [4], )" + base + "}", "o");
+      },
+      error_code::corrupt_data, "mlp_only_layers holds 4");
+}
+
+// ---- llama.cpp's files -----------------------------------------------------------------------
+
+const fs::path moe_dir = NPULLM_GGUF_MOE_DIR;
+
+#define SKIP_WITHOUT_MOE()                                                        \
+  if (!fs::exists(moe_dir / "README.md"))                                         \
+  GTEST_SKIP() << moe_dir.string()                                                \
+               << " is absent (llama.cpp's mixture-of-experts files and logits: " \
+                  "../shared/vectors/gguf-moe beside the checkout)"
+
+std::vector<std::int32_t> moe_tokens() {
+  std::ifstream in(moe_dir / "tokens.txt");
+  std::vector<std::int32_t> ids;
+  std::string item;
+  while (std::getline(in, item, ',')) ids.push_back(std::stoi(item));
+  return ids;
+}
+
+std::vector<float> read_f32(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> v(fs::file_size(path) / 4);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  return m;
+}
+
+std::size_t argmax_agreement(const std::vector<float>& a, const std::vector<float>& b,
+                             std::size_t n) {
+  std::size_t same = 0;
+  for (std::size_t r = 0; r < a.size() / n; ++r) {
+    same += ops::argmax(std::span<const float>(a).subspan(r * n, n)) ==
+            ops::argmax(std::span<const float>(b).subspan(r * n, n));
+  }
+  return same;
+}
+
+using lm_bf16 = causal_lm<pipeline_config<contiguous_kv<float>, dynamic_attention<>, bfloat16>>;
+
+// The bf16 checkpoint's logits, one token a step: steps of up to 8 rows multiply f32 activations
+// (ops/linear.hpp), where a prefill's GEMMs round them to bf16 on an AVX-512 BF16 machine.
+std::vector<float> safetensors_logits(const fs::path& dir, const std::vector<std::int32_t>& ids) {
+  lm_bf16 lm(model_weights<bfloat16>::load(dir), {.max_sequence = ids.size()});
+  std::vector<float> out;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    const auto step = lm.decode(std::span(ids).subspan(t, 1));
+    out.insert(out.end(), step.logits.data(), step.logits.data() + step.logits.size());
+  }
+  return out;
+}
+
+class llama_cpp_moe : public ::testing::TestWithParam<std::string> {};
+
+// f32 GGUF by llama.cpp's converter: its logits (which agree with a float64 forward pass to
+// ~6e-6, the README says) within 1e-4, every argmax; the bf16 checkpoint through safetensors
+// gives the same (its values are the GGUF's exactly; only the kernels' order of summation
+// differs).
+TEST_P(llama_cpp_moe, f32_file_gives_llama_cpps_logits_and_the_checkpoints) {
+  SKIP_WITHOUT_MOE();
+  const std::string f = GetParam();
+  const auto ids = moe_tokens();
+  ASSERT_EQ(ids.size(), 80u);
+  const auto g = model_weights<float>::load_gguf(moe_dir / (f + "-f32.gguf"));
+  const auto lg = prefill_logits(g, ids);
+  const auto ref = read_f32(moe_dir / (f + "-f32.logits.f32"));
+  const auto st = safetensors_logits(moe_dir / f, ids);
+  const double d_cpp = max_abs_diff(lg, ref), d_st = max_abs_diff(lg, st);
+  const std::size_t agree = argmax_agreement(lg, ref, g->config().vocab_size);
+  std::cout << "[ moe      ] " << f << " f32: max |GGUF - llama.cpp| " << d_cpp
+            << ", max |GGUF - safetensors| " << d_st << ", argmax " << agree << " / 80\n";
+  EXPECT_LE(d_cpp, 1e-4);
+  EXPECT_LE(d_st, 1e-4);
+  EXPECT_EQ(agree, 80u);
+}
+
+// Quantized files: npullm's logits against llama.cpp's on the same file. The two engines'
+// hidden states differ by their kernels' rounding (each quantizes activations its own way), which
+// is harmless except where a router's choice was a near-tie: there each engine may pick another
+// expert, and that position differs by far more; the positions after it attend to its K/V and
+// move too, by less. So a position whose routing (its smallest margin over the layers) was no
+// near-tie (margin >= 0.02) must agree within twice the dense types' bound (0.08 / 0.16 of the
+// logits' std, test_quantized's); the positions beyond the bound are counted and printed with
+// their margins.
+struct quantized_case {
+  std::string file;
+  double bound;  // x logit std
+};
+
+class llama_cpp_moe_quantized : public ::testing::TestWithParam<quantized_case> {};
+
+TEST_P(llama_cpp_moe_quantized, agrees_with_llama_cpp_except_after_near_ties) {
+  SKIP_WITHOUT_MOE();
+  const auto& p = GetParam();
+  const auto ids = moe_tokens();
+  const auto w = model_weights<float>::load_gguf(moe_dir / (p.file + ".gguf"));
+  const std::size_t V = w->config().vocab_size;
+  lm_f32 lm(w, {.max_sequence = ids.size()});
+  lm.record_routing(true);
+  const auto out = lm.prefill(ids, npullm::output_selection::all_rows());
+  const std::vector<float> ours(out.logits.data(), out.logits.data() + out.logits.size());
+  const auto ref = read_f32(moe_dir / (p.file + ".logits.f32"));
+  ASSERT_EQ(ours.size(), ref.size());
+  double mean = 0, sq = 0;
+  for (float v : ref) mean += v;
+  mean /= double(ref.size());
+  for (float v : ref) sq += (v - mean) * (v - mean);
+  const double std_dev = std::sqrt(sq / double(ref.size()));
+  // The smallest margin of each position over the layers (one record per layer: rows = 80).
+  std::vector<float> margin(ids.size(), 1.0f);
+  ASSERT_EQ(lm.routing_records().size(), w->config().num_hidden_layers);
+  for (const auto& r : lm.routing_records()) {
+    ASSERT_EQ(r.rows, ids.size());
+    for (std::size_t t = 0; t < ids.size(); ++t) margin[t] = std::min(margin[t], r.margins[t]);
+  }
+  constexpr float tie = 0.02f;  // a 2-point probability gap between chosen and left out
+  std::size_t over = 0, ties = 0, agree = 0;
+  std::string shown;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    double d = 0;
+    for (std::size_t v = 0; v < V; ++v)
+      d = std::max(d, std::fabs(double(ours[t * V + v]) - ref[t * V + v]));
+    agree += ops::argmax(std::span<const float>(ours).subspan(t * V, V)) ==
+             ops::argmax(std::span<const float>(ref).subspan(t * V, V));
+    ties += margin[t] < tie;
+    if (d > p.bound * std_dev) {
+      ++over;
+      shown += " " + std::to_string(t) + " (" + std::to_string(d / std_dev) + " std, margin " +
+               std::to_string(margin[t]) + ")";
+    }
+    if (margin[t] >= tie) {
+      EXPECT_LE(d, 2 * p.bound * std_dev)
+          << p.file << " position " << t << ", margin " << margin[t];
+    }
+  }
+  std::cout << "[ moe      ] " << p.file << ": " << over << " of 80 positions beyond " << p.bound
+            << " std of llama.cpp's logits, argmax " << agree << " / 80; " << ties
+            << " positions with a near-tie (margin < " << tie << "); beyond:" << shown << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(gguf, llama_cpp_moe, ::testing::Values("mixtral", "qwen2moe"));
+INSTANTIATE_TEST_SUITE_P(gguf, llama_cpp_moe_quantized,
+                         ::testing::Values(quantized_case{"mixtral-Q8_0", 0.08},
+                                           quantized_case{"mixtral-Q4_K_M", 0.16},
+                                           quantized_case{"qwen2moe-Q8_0", 0.08},
+                                           quantized_case{"qwen2moe-Q4_K_M", 0.16}),
+                         [](const auto& info) {
+                           std::string s = info.param.file;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+// Qwen3-MoE: no llama.cpp file (its converter predates Qwen 3); the checkpoint against a float64
+// forward pass in transformers' semantics.
+TEST(llama_cpp_moe_qwen3, checkpoint_gives_the_float64_logits) {
+  SKIP_WITHOUT_MOE();
+  const auto ids = moe_tokens();
+  const auto st = safetensors_logits(moe_dir / "qwen3moe", ids);
+  const auto ref = read_f32(moe_dir / "qwen3moe.ref.logits.f32");
+  const double d = max_abs_diff(st, ref);
+  std::cout << "[ moe      ] qwen3moe (bf16 checkpoint): max |npullm - float64| " << d
+            << ", argmax " << argmax_agreement(st, ref, 256) << " / 80\n";
+  EXPECT_LE(d, 1e-4);
+  EXPECT_EQ(argmax_agreement(st, ref, 256), 80u);
+}
+
+}  // namespace
