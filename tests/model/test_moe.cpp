@@ -20,6 +20,7 @@
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/moe_mlp.hpp"
+#include "npullm/model/synthetic.hpp"
 #include "npullm/moe/router.hpp"
 #include "npullm/ops/argmax.hpp"
 #include "support.hpp"
@@ -206,13 +207,14 @@ struct random_moe {
     return out;
   }
 
-  // moe_mlp over rows x (S, H).
-  std::vector<float> run(const std::vector<float>& x, moe_scratch& s) const {
-    const std::size_t S = x.size() / H, wide = std::max(F, SF);
-    std::vector<float> y(S * H), g(S * wide), u(S * wide), xe(S * H), ye(S * H);
+  // moe_mlp over rows x (S, H), with buffers of `rows` rows (0: S; S x K or more lets a pool
+  // run the experts side by side).
+  std::vector<float> run(const std::vector<float>& x, moe_scratch& s,
+                         const thread_pool* pool = nullptr, std::size_t rows = 0) const {
+    const std::size_t S = x.size() / H, wide = std::max(F, SF), R = rows != 0 ? rows : S;
+    std::vector<float> y(S * H), g(R * wide), u(R * wide), xe(R * H), ye(R * H);
     moe_mlp(w, c, dense_view<const float, 2>(x.data(), S, H), dense_view<float, 2>(y.data(), S, H),
-            g.data(), u.data(), dense_view<float, 2>(xe.data(), S, H),
-            dense_view<float, 2>(ye.data(), S, H), s, pool_policy{});
+            moe_buffers{g.data(), u.data(), xe.data(), ye.data(), R}, s, pool_policy{pool});
     return y;
   }
 };
@@ -256,6 +258,27 @@ TEST(moe_mlp, a_row_alone_gets_what_it_gets_in_a_batch) {
   }
 }
 
+// A pool runs a small step's experts side by side, each expert's products serially: the result
+// is the serial run's bit for bit. A large step (S x k rows over the buffers) runs the experts in
+// turn with parallel products: the same within f32 reassociation.
+TEST(moe_mlp, a_pool_gives_the_serial_result) {
+  random_moe m(64, 48, 32, 8, 3, true, 9);
+  thread_pool pool(2);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const std::size_t S : {1u, 3u, 21u}) {
+    std::vector<float> x(S * m.H);
+    for (float& v : x) v = d(rng);
+    moe_scratch a, b;
+    const auto serial = m.run(x, a);
+    const auto side_by_side = m.run(x, b, &pool, S * m.K);
+    EXPECT_EQ(serial, side_by_side) << S;
+    const auto in_turn = m.run(x, b, &pool);
+    for (std::size_t i = 0; i < serial.size(); ++i)
+      ASSERT_NEAR(in_turn[i], serial[i], 1e-5 * (1 + std::fabs(serial[i]))) << S;
+  }
+}
+
 TEST(moe_mlp, one_expert_taking_every_row_and_experts_taking_none) {
   random_moe m(32, 16, 0, 4, 1, true, 5);
   // Router row 2 dominates for every x with positive entries; the others see nothing.
@@ -284,9 +307,22 @@ struct moe_file {
 constexpr std::size_t H = 64, heads = 4, kv_heads = 2, head_dim = 16, ff = 32, shared_ff = 48,
                       vocab = 96, layers = 2;
 
+// The files written here, removed when the test program ends.
+const fs::path& scratch_dir() {
+  struct dir {
+    fs::path path = fs::temp_directory_path() / ("npullm_moe_" + std::to_string(::getpid()));
+    dir() { fs::create_directories(path); }
+    ~dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const dir d;
+  return d.path;
+}
+
 fs::path write_moe(const moe_file& f, const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("npullm_moe_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path& dir = scratch_dir();
   const bool qwen = f.arch == "qwen2moe";
   const std::string p = f.arch + ".";
   io::gguf_writer w;
@@ -439,7 +475,18 @@ TEST(moe_config, reads_the_mixtures_config_keys_strictly) {
   EXPECT_EQ(q.moe.experts, 6u);
   EXPECT_FALSE(q.moe.normalize_top_k);
   EXPECT_EQ(q.moe.layers, (std::vector<bool>{false, true, false, false}));
+  // config_json writes the mixture's keys back (what npullm_quantize would write).
+  const auto back = parse_config(config_json(q).dump(), "back");
+  EXPECT_EQ(back.moe.experts, 6u);
+  EXPECT_EQ(back.moe.experts_per_token, 2u);
+  EXPECT_EQ(back.moe.expert_intermediate_size, 32u);
+  EXPECT_EQ(back.moe.shared_expert_intermediate_size, 80u);
+  EXPECT_EQ(back.moe.layers, q.moe.layers);
+  EXPECT_FALSE(back.moe.normalize_top_k);
   const auto m = parse_config(R"({"model_type": "mixtral", )" + base + "}", "m");
+  const auto m_back = parse_config(config_json(m).dump(), "m_back");
+  EXPECT_EQ(m_back.moe.experts, 8u);
+  EXPECT_EQ(m_back.family, model_family::mistral);
   EXPECT_EQ(m.family, model_family::mistral);
   EXPECT_EQ(m.moe.experts, 8u);
   EXPECT_EQ(m.moe.expert_intermediate_size, 96u);

@@ -133,9 +133,10 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   if (w.moe.present()) {  // a mixture of experts (model/moe_mlp.hpp)
     const std::size_t H = cfg.hidden_size;
     const dense_view<float, 2> y(a.moe_out.data(), S, H);
-    moe_mlp(w.moe, cfg, h, y, a.gate.data(), a.up.data(),
-            dense_view<float, 2>(a.expert_in.data(), S, H),
-            dense_view<float, 2>(a.expert_out.data(), S, H), a.moe, policy);
+    moe_mlp(w.moe, cfg, h, y,
+            moe_buffers{a.gate.data(), a.up.data(), a.expert_in.data(), a.expert_out.data(),
+                        a.expert_in.view().extent(0)},
+            a.moe, policy);
     add_into(x, y);
     return;
   }

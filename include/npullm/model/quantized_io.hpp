@@ -17,7 +17,7 @@
 // vocabulary file is given: every `tokenizer.*` key of that GGUF (a model or a vocabulary-only
 // file, e.g. the original model's), so that text/tokenizer.hpp and llama.cpp can read it; its
 // token count must not exceed the model's vocab_size (invalid_argument).
-// Phi-3's fused matrices and the other families are refused (unsupported).
+// Phi-3's fused matrices, mixtures of experts and the other families are refused (unsupported).
 #pragma once
 
 #include <cstddef>
@@ -32,9 +32,9 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
-#include "npullm/model/gguf_model.hpp"
 #include "npullm/io/gguf_writer.hpp"
 #include "npullm/io/quantized_safetensors.hpp"
+#include "npullm/model/gguf_model.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/model/weights.hpp"
 
@@ -56,6 +56,10 @@ std::vector<named_tensor<W>> named_tensors(const model_weights<W>& w, std::strin
   const model_config& c = w.config();
   if (c.family == model_family::phi3) {
     raise(error_code::unsupported, what, ": Phi-3's fused matrices are not written");
+  }
+  if (c.moe.experts != 0) {
+    raise(error_code::unsupported, what, ": a mixture of ", c.moe.experts,
+          " experts is not written (its experts and router have no writer yet)");
   }
   std::vector<named_tensor<W>> t;
   t.push_back({"model.embed_tokens.weight", &w.embed, {}, {}});
@@ -201,6 +205,7 @@ template <storage_type W>
 void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
                const std::filesystem::path& vocabulary = {}) {
   const model_config& c = w.config();
+  detail::named_tensors(w, "save_gguf");  // refuses what is not written, before anything else
   if (c.family != model_family::qwen2 && c.family != model_family::llama) {
     raise(error_code::unsupported, "save_gguf: family ", to_string(c.family),
           " (npullm writes qwen2 and llama GGUF files)");
@@ -246,7 +251,8 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
             list->size(), " tokens, more than the model's vocab_size ", c.vocab_size);
     }
     for (const auto& kv : vocab->header().metadata) {
-      if (kv.key.starts_with("tokenizer.")) g.add(std::string(kv.key), io::gguf_meta::from(kv.value));
+      if (kv.key.starts_with("tokenizer."))
+        g.add(std::string(kv.key), io::gguf_meta::from(kv.value));
     }
   }
   // Row r of the HF tensor goes to row dst(r) of the file.

@@ -36,8 +36,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <system_error>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -334,9 +334,8 @@ inline nlohmann::json config_json(const model_config& c) {
                          {"high_freq_factor", r.high_freq_factor},
                          {"original_max_position_embeddings", r.original_max_position_embeddings}};
   } else if (r.kind == ops::rope_kind::longrope) {
-    j["rope_scaling"] = {{"type", "longrope"},
-                         {"short_factor", r.short_factor},
-                         {"long_factor", r.long_factor}};
+    j["rope_scaling"] = {
+        {"type", "longrope"}, {"short_factor", r.short_factor}, {"long_factor", r.long_factor}};
     j["original_max_position_embeddings"] = r.original_max_position_embeddings;
   } else if (r.kind != ops::rope_kind::none) {
     raise(error_code::unsupported, "config_json: rope_scaling ", ops::to_string(r.kind),
@@ -377,6 +376,38 @@ inline nlohmann::json config_json(const model_config& c) {
                                          ? nlohmann::json(c.final_logit_softcapping)
                                          : nlohmann::json(nullptr);
       break;
+  }
+  // A mixture of experts: the mixture's model_type and keys (mixtral for a Llama / Mistral one).
+  if (const moe_config& m = c.moe; m.experts != 0) {
+    const bool mixtral = family == model_family::llama || family == model_family::mistral;
+    if (!mixtral && family != model_family::qwen2 && family != model_family::qwen3) {
+      raise(error_code::unsupported, "config_json: experts in a ", to_string(family), " model");
+    }
+    const bool qwen2 = family == model_family::qwen2;
+    j["model_type"] = mixtral ? "mixtral" : qwen2 ? "qwen2_moe" : "qwen3_moe";
+    j["architectures"] = {mixtral ? "MixtralForCausalLM"
+                          : qwen2 ? "Qwen2MoeForCausalLM"
+                                  : "Qwen3MoeForCausalLM"};
+    j["num_experts_per_tok"] = m.experts_per_token;
+    if (mixtral) {
+      if (m.expert_intermediate_size != c.intermediate_size || !m.normalize_top_k ||
+          m.shared_expert_intermediate_size != 0 || !m.layers.empty()) {
+        raise(error_code::unsupported,
+              "config_json: a Mixtral's experts are of intermediate_size, "
+              "renormalized, with no shared expert, in every layer");
+      }
+      j["num_local_experts"] = m.experts;
+      j.erase("attention_bias");
+    } else {
+      j["num_experts"] = m.experts;
+      j["moe_intermediate_size"] = m.expert_intermediate_size;
+      j["norm_topk_prob"] = m.normalize_top_k;
+      if (qwen2) j["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
+      std::vector<std::size_t> dense;
+      for (std::size_t l = 0; l < c.num_hidden_layers; ++l)
+        if (!m.in_layer(l)) dense.push_back(l);
+      j["mlp_only_layers"] = dense;
+    }
   }
   j["npullm_generator_version"] = generator_version;
   return j;
