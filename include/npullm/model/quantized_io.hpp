@@ -10,14 +10,18 @@
 // Dense tensors keep their names and W's dtype; biases are written in W (they came from W).
 // Tensors are ordered F32, then 16-bit, then bytes, so each lies aligned with no gaps.
 //
-// GGUF: general.architecture qwen2 | llama and the <arch>.* keys gguf_model_config reads; F32
+// GGUF: general.architecture qwen2 | qwen3 | llama (their mixtures of experts: qwen2moe,
+// qwen3moe, llama with expert_count, as llama.cpp names them: each layer's experts of one part
+// in one 3-D tensor, the router F32) and the <arch>.* keys gguf_model_config reads; F32
 // norms and biases; matrices as their GGUF type (Q8_0, Q4_0, Q4_K, Q6_K) or dense W; Llama's
 // Q and K (weights and biases) row-permuted as llama.cpp's converter stores them. int8_sym /
 // int4_sym matrices have no GGUF type (unsupported). Tokenizer metadata is written only when a
 // vocabulary file is given: every `tokenizer.*` key of that GGUF (a model or a vocabulary-only
 // file, e.g. the original model's), so that text/tokenizer.hpp and llama.cpp can read it; its
 // token count must not exceed the model's vocab_size (invalid_argument).
-// Phi-3's fused matrices, mixtures of experts and the other families are refused (unsupported).
+// Phi-3's fused matrices and the other families are refused (unsupported). safetensors: a
+// mixture's experts by HF name (Mixtral's block_sparse_moe.experts.N.w1 / w3 / w2, the Qwen
+// ones' mlp.experts.N.*_proj), its router in W.
 #pragma once
 
 #include <cstddef>
@@ -42,13 +46,19 @@ namespace npullm::model {
 
 namespace detail {
 
-// Every tensor of a (non-Phi-3) decoder by HF name: a matrix, a W vector or an f32 bias.
+// Every tensor of a (non-Phi-3) decoder by HF name: a matrix, a W vector, an f32 bias, or an
+// f32 matrix (a router; a shared expert's gate as (1, hidden)). An expert's matrix also says
+// which (layer, part, expert) it is: GGUF stores a layer's experts of one part as one tensor.
 template <storage_type W>
 struct named_tensor {
   std::string name;
   const projection<W>* matrix = nullptr;
   dense_view<const W, 1> vector;
   std::span<const float> bias;
+  dense_view<const float, 2> f32 = {};
+  const std::vector<projection<W>>* experts = nullptr;  // the part's experts (matrix: one)
+  std::size_t layer = 0, expert = 0;
+  std::string_view part = {};  // "gate", "up", "down"
 };
 
 template <storage_type W>
@@ -56,10 +66,6 @@ std::vector<named_tensor<W>> named_tensors(const model_weights<W>& w, std::strin
   const model_config& c = w.config();
   if (c.family == model_family::phi3) {
     raise(error_code::unsupported, what, ": Phi-3's fused matrices are not written");
-  }
-  if (c.moe.experts != 0) {
-    raise(error_code::unsupported, what, ": a mixture of ", c.moe.experts,
-          " experts is not written (its experts and router have no writer yet)");
   }
   std::vector<named_tensor<W>> t;
   t.push_back({"model.embed_tokens.weight", &w.embed, {}, {}});
@@ -88,9 +94,40 @@ std::vector<named_tensor<W>> named_tensors(const model_weights<W>& w, std::strin
     } else {
       t.push_back({p + "post_attention_layernorm.weight", nullptr, lw.post_norm, {}});
     }
-    t.push_back({p + "mlp.gate_proj.weight", &lw.gate, {}, {}});
-    t.push_back({p + "mlp.up_proj.weight", &lw.up, {}, {}});
-    t.push_back({p + "mlp.down_proj.weight", &lw.down, {}, {}});
+    if (!lw.moe.present()) {
+      t.push_back({p + "mlp.gate_proj.weight", &lw.gate, {}, {}});
+      t.push_back({p + "mlp.up_proj.weight", &lw.up, {}, {}});
+      t.push_back({p + "mlp.down_proj.weight", &lw.down, {}, {}});
+      continue;
+    }
+    // A mixture: the router, each expert's matrices (Mixtral's names for a Llama / Mistral
+    // one), the shared expert and its gate.
+    const moe_weights<W>& m = lw.moe;
+    const bool mixtral = c.family == model_family::llama || c.family == model_family::mistral;
+    const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    t.push_back({block + "gate.weight", nullptr, {}, {}, m.router});
+    const std::pair<std::string_view, const std::vector<projection<W>>*> parts[] = {
+        {"gate", &m.gate}, {"up", &m.up}, {"down", &m.down}};
+    for (std::size_t e = 0; e < m.gate.size(); ++e) {
+      const std::string x = block + "experts." + std::to_string(e) + ".";
+      for (const auto& [part, list] : parts) {
+        const std::string hf = mixtral ? (part == "gate" ? "w1"
+                                          : part == "up" ? "w3"
+                                                         : "w2")
+                                       : std::string(part) + "_proj";
+        t.push_back({x + hf + ".weight", &(*list)[e], {}, {}, {}, list, l, e, part});
+      }
+    }
+    if (m.shared_gate.rows() != 0) {
+      t.push_back({p + "mlp.shared_expert.gate_proj.weight", &m.shared_gate, {}, {}});
+      t.push_back({p + "mlp.shared_expert.up_proj.weight", &m.shared_up, {}, {}});
+      t.push_back({p + "mlp.shared_expert.down_proj.weight", &m.shared_down, {}, {}});
+      t.push_back({p + "mlp.shared_expert_gate.weight",
+                   nullptr,
+                   {},
+                   {},
+                   dense_view<const float, 2>(m.shared_expert_gate.data(), 1, c.hidden_size)});
+    }
   }
   t.push_back({"model.norm.weight", nullptr, w.final_norm, {}});
   if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", &w.lm_head, {}, {}});
@@ -119,8 +156,8 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
     int order;  // 0: 4-byte elements, 1: 2-byte, 2: bytes
   };
   std::vector<entry> entries;
-  std::vector<std::vector<std::byte>> converted;  // biases in W
-  converted.reserve(4 * w.config().num_hidden_layers + 1);
+  std::vector<std::vector<std::byte>> converted;  // biases and routers in W
+  converted.reserve(6 * w.config().num_hidden_layers + 1);
   nlohmann::json meta = {{"format", "pt"}, {"generator", "npullm_quantize"}};
   const std::string wname = detail::safetensors_dtype_name(dtype_of<W>);
   const int worder = sizeof(W) == 4 ? 0 : 1;
@@ -142,6 +179,13 @@ void save_safetensors(const model_weights<W>& w, const std::filesystem::path& di
                          {v.extent(0), v.extent(1)},
                          detail::as_bytes_of(v.data_handle(), v.size() * sizeof(W)),
                          worder});
+    } else if (t.f32.data_handle() != nullptr) {  // a router: in W, as the checkpoint had it
+      auto& b = converted.emplace_back(t.f32.size() * sizeof(W));
+      for (std::size_t i = 0; i < t.f32.size(); ++i) {
+        const W x = from_float<W>(t.f32.data_handle()[i]);
+        std::memcpy(b.data() + i * sizeof(W), &x, sizeof(W));
+      }
+      entries.push_back({t.name, wname, {t.f32.extent(0), t.f32.extent(1)}, b, worder});
     } else if (!t.bias.empty()) {
       auto& b = converted.emplace_back(t.bias.size() * sizeof(W));
       for (std::size_t i = 0; i < t.bias.size(); ++i) {
@@ -206,9 +250,21 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
                const std::filesystem::path& vocabulary = {}) {
   const model_config& c = w.config();
   detail::named_tensors(w, "save_gguf");  // refuses what is not written, before anything else
-  if (c.family != model_family::qwen2 && c.family != model_family::llama) {
+  const moe_config& moe = c.moe;
+  const bool mixtral = moe.experts != 0 && c.family == model_family::mistral;  // as llama
+  const model_family file_family = mixtral ? model_family::llama : c.family;   // Q/K permuted
+  if (c.family != model_family::qwen2 && c.family != model_family::llama &&
+      c.family != model_family::qwen3 && !mixtral) {
     raise(error_code::unsupported, "save_gguf: family ", to_string(c.family),
-          " (npullm writes qwen2 and llama GGUF files)");
+          " (npullm writes qwen2, qwen3 and llama GGUF files, and their mixtures of experts)");
+  }
+  if (!moe.layers.empty()) {
+    for (std::size_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!moe.in_layer(l)) {
+        raise(error_code::unsupported, "save_gguf: layer ", l,
+              " is dense in a mixture of experts (GGUF's experts are in every layer)");
+      }
+    }
   }
   if (c.rope_scaling.kind != ops::rope_kind::none) {
     raise(error_code::unsupported, "save_gguf: rope scaling ", ops::to_string(c.rope_scaling.kind),
@@ -218,7 +274,10 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
     if (c.window(l) != 0)
       raise(error_code::unsupported, "save_gguf: a sliding window on layer ", l);
   }
-  const std::string arch(to_string(c.family));
+  const std::string arch =
+      mixtral ? "llama"
+              : std::string(to_string(c.family)) +
+                    (moe.experts != 0 && c.family != model_family::llama ? "moe" : "");
   const std::string p = arch + ".";
   io::gguf_writer g;
   g.add("general.architecture", arch);
@@ -235,6 +294,31 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
   if (c.head_dim * c.num_attention_heads != c.hidden_size) {
     g.add(p + "attention.key_length", static_cast<std::uint32_t>(c.head_dim));
     g.add(p + "attention.value_length", static_cast<std::uint32_t>(c.head_dim));
+  }
+  if (moe.experts != 0) {
+    g.add(p + "expert_count", static_cast<std::uint32_t>(moe.experts));
+    g.add(p + "expert_used_count", static_cast<std::uint32_t>(moe.experts_per_token));
+    const bool llama = arch == "llama";
+    if (llama && moe.expert_intermediate_size != c.intermediate_size) {
+      raise(error_code::unsupported,
+            "save_gguf: a llama file's experts are of "
+            "feed_forward_length ",
+            c.intermediate_size, ", not ", moe.expert_intermediate_size);
+    }
+    if (!llama) {
+      g.add(p + "expert_feed_forward_length",
+            static_cast<std::uint32_t>(moe.expert_intermediate_size));
+    }
+    if (moe.shared_expert_intermediate_size != 0) {
+      if (arch != "qwen2moe") {
+        raise(error_code::unsupported, "save_gguf: a shared expert in a ", arch, " file");
+      }
+      g.add(p + "expert_shared_feed_forward_length",
+            static_cast<std::uint32_t>(moe.shared_expert_intermediate_size));
+    }
+    // The reader's (and llama.cpp's) rule per architecture, unless the key says otherwise.
+    if (moe.normalize_top_k != (arch != "qwen2moe"))
+      g.add(p + "expert_weights_norm", moe.normalize_top_k);
   }
   g.add("general.quantization_version", std::uint32_t{2});
   std::unique_ptr<io::gguf_file> vocab;  // its keys' bytes stay mapped until g.write
@@ -257,33 +341,67 @@ void save_gguf(const model_weights<W>& w, const std::filesystem::path& path,
   }
   // Row r of the HF tensor goes to row dst(r) of the file.
   auto dst_row = [&](const std::string& hf, std::size_t r) {
-    return gguf_rows_permuted(c.family, hf) ? llama_permuted_row(r, c.head_dim) : r;
+    return gguf_rows_permuted(file_family, hf) ? llama_permuted_row(r, c.head_dim) : r;
+  };
+  // A matrix's GGUF type and bytes (rb: bytes per row).
+  auto matrix_bytes = [&](const std::string& hf, const projection<W>& m, io::ggml_type& type,
+                          std::size_t& rb) -> std::span<const std::byte> {
+    if (m.quantized) {
+      const auto gt = ggml_type_of(m.quantized->format);
+      if (!gt) {
+        raise(error_code::unsupported, "save_gguf: ", hf, " is ",
+              ops::to_string(m.quantized->format),
+              ", which GGUF has no type for (quantize to q8_0 or q4_0)");
+      }
+      type = *gt;
+      rb = m.quantized->row_bytes();
+      return m.quantized->data;
+    }
+    type = dtype_of<W> == npullm::dtype::f32   ? io::ggml_type::f32
+           : dtype_of<W> == npullm::dtype::f16 ? io::ggml_type::f16
+                                               : io::ggml_type::bf16;
+    rb = m.cols() * sizeof(W);
+    return detail::as_bytes_of(m.w.data_handle(), m.w.size() * sizeof(W));
   };
   for (const auto& t : detail::named_tensors(w, "save_gguf")) {
+    if (t.experts != nullptr) {  // the layer's experts of this part, as one 3-D tensor
+      if (t.expert != 0) continue;
+      const projection<W>& first = t.experts->front();
+      io::ggml_type type{};
+      std::size_t rb = 0;
+      std::vector<std::byte> all;
+      for (const projection<W>& e : *t.experts) {
+        io::ggml_type et{};
+        const auto bytes = matrix_bytes(t.name, e, et, rb);
+        if (et != (all.empty() ? et : type)) {
+          raise(error_code::unsupported, "save_gguf: layer ", t.layer, "'s ", t.part,
+                " experts are of different types (GGUF holds them in one tensor)");
+        }
+        type = et;
+        all.insert(all.end(), bytes.begin(), bytes.end());
+      }
+      g.add_tensor(gguf_expert_tensor_name(t.layer, t.part), type,
+                   {t.experts->size(), first.rows(), first.cols()}, std::move(all));
+      continue;
+    }
     const std::string name = gguf_tensor_name(t.name);
+    if (t.f32.data_handle() != nullptr) {  // the router, the shared expert's gate: F32
+      const bool vector = t.f32.extent(0) == 1;
+      std::vector<std::byte> out(t.f32.size() * 4);
+      std::memcpy(out.data(), t.f32.data_handle(), out.size());
+      if (vector) {
+        g.add_tensor(name, io::ggml_type::f32, {t.f32.extent(1)}, std::move(out));
+      } else {
+        g.add_tensor(name, io::ggml_type::f32, {t.f32.extent(0), t.f32.extent(1)}, std::move(out));
+      }
+      continue;
+    }
     if (t.matrix != nullptr) {
       const projection<W>& m = *t.matrix;
-      io::ggml_type type;
-      std::span<const std::byte> bytes;
-      std::size_t rb;
-      if (m.quantized) {
-        const auto gt = ggml_type_of(m.quantized->format);
-        if (!gt) {
-          raise(error_code::unsupported, "save_gguf: ", t.name, " is ",
-                ops::to_string(m.quantized->format),
-                ", which GGUF has no type for (quantize to q8_0 or q4_0)");
-        }
-        type = *gt;
-        bytes = m.quantized->data;
-        rb = m.quantized->row_bytes();
-      } else {
-        type = dtype_of<W> == npullm::dtype::f32   ? io::ggml_type::f32
-               : dtype_of<W> == npullm::dtype::f16 ? io::ggml_type::f16
-                                                   : io::ggml_type::bf16;
-        bytes = detail::as_bytes_of(m.w.data_handle(), m.w.size() * sizeof(W));
-        rb = m.cols() * sizeof(W);
-      }
-      if (gguf_rows_permuted(c.family, t.name)) {
+      io::ggml_type type{};
+      std::size_t rb = 0;
+      const std::span<const std::byte> bytes = matrix_bytes(t.name, m, type, rb);
+      if (gguf_rows_permuted(file_family, t.name)) {
         std::vector<std::byte> out(bytes.size());
         for (std::size_t r = 0; r < m.rows(); ++r)
           std::memcpy(out.data() + dst_row(t.name, r) * rb, bytes.data() + r * rb, rb);
