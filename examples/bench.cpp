@@ -284,20 +284,32 @@ model_info describe(const std::string& path, const Weights& w) {
     if (w.lm_head.identity() != w.embed.identity()) matrix(w.lm_head);
     vector(w.final_norm, sizeof(W));
     for (const auto& l : w.layers) {
-      for (const auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) matrix(*p);
+      model::for_each_projection(l, matrix);  // the experts too
+      if (l.moe.present()) {
+        vector(l.moe.router, sizeof(float));
+        vector(l.moe.shared_expert_gate, sizeof(float));
+      }
       for (const auto* n :
            {&l.input_norm, &l.post_norm, &l.q_norm, &l.k_norm, &l.attn_out_norm, &l.mlp_out_norm})
         vector(*n, sizeof(W));
       for (const auto* b : {&l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias}) vector(*b, sizeof(W));
     }
-    weight_type = w.layers.empty() || !w.layers[0].up.is_quantized()
+    const model::projection<W>* up = w.layers.empty()             ? nullptr
+                                     : w.layers[0].moe.present() ? &w.layers[0].moe.up[0]
+                                                                 : &w.layers[0].up;
+    weight_type = up == nullptr || !up->is_quantized()
                       ? std::string(npullm::to_string(npullm::dtype_of<W>))
-                      : std::string(npullm::ops::to_string(w.layers[0].up.quantized->format));
+                      : std::string(npullm::ops::to_string(up->quantized->format));
     std::transform(weight_type.begin(), weight_type.end(), weight_type.begin(),
                    [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
   }
-  m.type =
-      std::string(model::to_string(c.family)) + " " + params_label(m.params) + " " + weight_type;
+  // llama-bench's names for the mixtures: "qwen2moe 8x1.3M", "llama 8x..." as the architecture.
+  const std::string family = std::string(model::to_string(c.family)) +
+                             (c.moe.experts != 0 && c.family != model::model_family::llama &&
+                                      c.family != model::model_family::mistral
+                                  ? "moe"
+                                  : "");
+  m.type = family + " " + params_label(m.params) + " " + weight_type;
   return m;
 }
 
