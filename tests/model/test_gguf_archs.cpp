@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "logits_support.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/io/gguf_writer.hpp"
 #include "npullm/io/safetensors.hpp"
@@ -35,7 +36,11 @@ using namespace npullm;
 using namespace npullm::model;
 using npullm::io::ggml_type;
 using npullm::io::gguf_meta;
+using npullm::testing::argmax_agreement;
 using npullm::testing::expect_error;
+using npullm::testing::max_abs_diff;
+using npullm::testing::read_f32;
+using npullm::testing::read_token_list;
 
 const fs::path archs_dir = NPULLM_GGUF_ARCHS_DIR;
 
@@ -55,39 +60,8 @@ std::vector<float> logits(std::shared_ptr<const model_weights<float>> w,
   return {out.logits.data(), out.logits.data() + out.logits.size()};
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-  return m;
-}
-
-// Rows of n logits whose argmax agrees.
-std::size_t argmax_agreement(const std::vector<float>& a, const std::vector<float>& b,
-                             std::size_t vocab) {
-  std::size_t same = 0;
-  for (std::size_t r = 0; r < a.size() / vocab; ++r) {
-    const auto ra = std::span<const float>(a).subspan(r * vocab, vocab);
-    const auto rb = std::span<const float>(b).subspan(r * vocab, vocab);
-    same += npullm::ops::argmax(ra) == npullm::ops::argmax(rb);
-  }
-  return same;
-}
-
 std::vector<std::int32_t> shared_tokens() {
-  std::ifstream in(archs_dir / "tokens.txt");
-  std::vector<std::int32_t> ids;
-  std::string item;
-  while (std::getline(in, item, ',')) ids.push_back(std::stoi(item));
-  return ids;
-}
-
-std::vector<float> read_f32(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v(fs::file_size(path) / 4);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
+  return read_token_list(archs_dir / "tokens.txt");
 }
 
 fs::path scratch(const std::string& name) {

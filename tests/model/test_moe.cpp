@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "logits_support.hpp"
 #include "npullm/io/gguf_writer.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
@@ -33,7 +34,11 @@ using namespace npullm;
 using namespace npullm::model;
 using npullm::io::ggml_type;
 using npullm::io::gguf_meta;
+using npullm::testing::argmax_agreement;
 using npullm::testing::expect_error;
+using npullm::testing::max_abs_diff;
+using npullm::testing::read_f32;
+using npullm::testing::read_token_list;
 
 // ---- the router ------------------------------------------------------------------------------
 
@@ -570,36 +575,7 @@ const fs::path moe_dir = NPULLM_GGUF_MOE_DIR;
                   "../shared/vectors/gguf-moe beside the checkout)"
 
 std::vector<std::int32_t> moe_tokens() {
-  std::ifstream in(moe_dir / "tokens.txt");
-  std::vector<std::int32_t> ids;
-  std::string item;
-  while (std::getline(in, item, ',')) ids.push_back(std::stoi(item));
-  return ids;
-}
-
-std::vector<float> read_f32(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<float> v(fs::file_size(path) / 4);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-  return m;
-}
-
-std::size_t argmax_agreement(const std::vector<float>& a, const std::vector<float>& b,
-                             std::size_t n) {
-  std::size_t same = 0;
-  for (std::size_t r = 0; r < a.size() / n; ++r) {
-    same += ops::argmax(std::span<const float>(a).subspan(r * n, n)) ==
-            ops::argmax(std::span<const float>(b).subspan(r * n, n));
-  }
-  return same;
+  return read_token_list(moe_dir / "tokens.txt");
 }
 
 using lm_bf16 = causal_lm<pipeline_config<contiguous_kv<float>, dynamic_attention<>, bfloat16>>;
