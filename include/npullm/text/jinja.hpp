@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
@@ -182,11 +183,15 @@ class evaluator {
   };
 
   // ---- errors -----------------------------------------------------------------------------
-  [[noreturn]] static void fail(int line, const std::string& what) {
-    raise(error_code::invalid_argument, "chat template line ", line, ": ", what);
+  // The message's parts are streamed (detail::concat), never joined with operator+ (GCC 12's
+  // -Wrestrict false positive on "..." + std::string&&).
+  template <class... Parts>
+  [[noreturn]] static void fail(int line, const Parts&... what) {
+    raise(error_code::invalid_argument, "chat template line ", line, ": ", what...);
   }
-  [[noreturn]] void fail_limit(int line, const std::string& what) const {
-    raise(error_code::capacity_exhausted, "chat template line ", line, ": ", what);
+  template <class... Parts>
+  [[noreturn]] static void fail_limit(int line, const Parts&... what) {
+    raise(error_code::capacity_exhausted, "chat template line ", line, ": ", what...);
   }
   static std::string object_repr(value_kind k) {
     switch (k) {
@@ -205,22 +210,22 @@ class evaluator {
   // Jinja's UndefinedError message for a value that is undefined.
   [[noreturn]] static void fail_undefined(int line, const value& v) {
     const auto from = static_cast<undefined_from>(v.aux);
-    if (from == undefined_from::name) fail(line, "'" + std::string(v.s) + "' is undefined");
+    if (from == undefined_from::name) fail(line, "'", std::string(v.s), "' is undefined");
     if (from == undefined_from::index) {
-      fail(line, object_repr(v.parent) + " has no element " + std::to_string(v.i));
+      fail(line, object_repr(v.parent), " has no element ", std::to_string(v.i));
     }
-    fail(line, object_repr(v.parent) + " has no attribute '" + std::string(v.s) + "'");
+    fail(line, object_repr(v.parent), " has no attribute '", std::string(v.s), "'");
   }
   void check_size(std::size_t n, int line) const {
     if (n > opt_.limits.max_output_bytes) {
-      fail_limit(line, "text of " + std::to_string(n) + " bytes exceeds the limit of " +
-                           std::to_string(opt_.limits.max_output_bytes) + " (render_limits)");
+      fail_limit(line, "text of ", std::to_string(n), " bytes exceeds the limit of ",
+                 std::to_string(opt_.limits.max_output_bytes), " (render_limits)");
     }
   }
   void count_iteration(int line) {
     if (++iterations_ > opt_.limits.max_iterations) {
-      fail_limit(line, "more than " + std::to_string(opt_.limits.max_iterations) +
-                           " loop iterations (render_limits)");
+      fail_limit(line, "more than ", std::to_string(opt_.limits.max_iterations),
+                 " loop iterations (render_limits)");
     }
   }
 
@@ -254,8 +259,8 @@ class evaluator {
         if (!n.text.empty()) {
           value* ns = sc.find(n.names[0]);
           if (ns == nullptr || !ns->is(value_kind::space)) {
-            fail(n.line, "cannot assign attribute on non-namespace object ('" + n.names[0] +
-                             "' is " + (ns ? std::string(type_name(*ns)) : "undefined") + ")");
+            fail(n.line, "cannot assign attribute on non-namespace object ('", n.names[0], "' is ",
+                 (ns ? std::string(type_name(*ns)) : "undefined"), ")");
           }
           object_data& o = ns->obj();
           if (value* x = o.find(n.text)) {
@@ -327,10 +332,8 @@ class evaluator {
     }
     const std::vector<value> items = iterate(v, line);
     if (items.size() != names.size()) {
-      fail(line, items.size() > names.size()
-                     ? "too many values to unpack (expected " + std::to_string(names.size()) + ")"
-                     : "not enough values to unpack (expected " + std::to_string(names.size()) +
-                           ", got " + std::to_string(items.size()) + ")");
+      fail(line, items.size() > names.size() ? "too many" : "not enough",
+           " values to unpack (expected ", names.size(), ", got ", items.size(), ")");
     }
     for (std::size_t k = 0; k < names.size(); ++k) sc.assign(names[k], items[k]);
   }
@@ -388,7 +391,7 @@ class evaluator {
           items.push_back(substring(v, at[k], at[k + 1] - at[k]));
         break;
       }
-      default: fail(line, "'" + std::string(type_name(v)) + "' object is not iterable");
+      default: fail(line, "'", std::string(type_name(v)), "' object is not iterable");
     }
     return items;
   }
@@ -466,8 +469,8 @@ class evaluator {
         for (std::size_t k = 0; k + 1 < n.kids.size(); k += 2) {
           const value key = eval(*n.kids[k], sc);
           if (!key.is(value_kind::string)) {
-            fail(n.line,
-                 "dict keys must be strings here (a key is " + std::string(type_name(key)) + ")");
+            fail(n.line, "dict keys must be strings here (a key is ", std::string(type_name(key)),
+                 ")");
           }
           value v = eval(*n.kids[k + 1], sc);
           auto it = std::find_if(entries.begin(), entries.end(),
@@ -501,8 +504,8 @@ class evaluator {
             fail(n.line, "integer overflow");
           return value::integer(o == op::neg ? -x : x);
         }
-        fail(n.line, std::string("bad operand type for unary ") + (o == op::neg ? "-" : "+") +
-                         ": '" + std::string(type_name(v)) + "'");
+        fail(n.line, std::string("bad operand type for unary "), (o == op::neg ? "-" : "+"), ": '",
+             std::string(type_name(v)), "'");
       }
       case node_kind::binary: {
         const auto o = static_cast<op>(n.id);
@@ -692,7 +695,7 @@ class evaluator {
       }
       return value::string(std::move(s));
     }
-    fail(n.line, "'" + std::string(type_name(obj)) + "' object is not subscriptable");
+    fail(n.line, "'", std::string(type_name(obj)), "' object is not subscriptable");
   }
 
   // ---- operators -------------------------------------------------------------------------
@@ -708,8 +711,8 @@ class evaluator {
 
   [[noreturn]] static void unsupported_operands(std::string_view sym, const value& l,
                                                 const value& r, int line) {
-    fail(line, "unsupported operand type(s) for " + std::string(sym) + ": '" +
-                   std::string(type_name(l)) + "' and '" + std::string(type_name(r)) + "'");
+    fail(line, "unsupported operand type(s) for ", std::string(sym), ": '",
+         std::string(type_name(l)), "' and '", std::string(type_name(r)), "'");
   }
 
   value binary(op o, const value& l, const value& r, int line) const {
@@ -761,7 +764,7 @@ class evaluator {
           }
           default: break;
         }
-        if (overflow) fail(line, "integer overflow in '" + std::string(sym) + "'");
+        if (overflow) fail(line, "integer overflow in '", std::string(sym), "'");
         return value::integer(x);
       }
       const double a = as_double(l), b = as_double(r);
@@ -801,8 +804,8 @@ class evaluator {
         return value::array(std::move(items), l.aux != 0);
       }
       if (l.is(value_kind::string) || (l.is(value_kind::array) && l.aux == 0)) {
-        fail(line, "can only concatenate " + std::string(type_name(l)) + " (not \"" +
-                       std::string(type_name(r)) + "\") to " + std::string(type_name(l)));
+        fail(line, "can only concatenate ", std::string(type_name(l)), " (not \"",
+             std::string(type_name(r)), "\") to ", std::string(type_name(l)));
       }
     }
     if (o == op::mul) {
@@ -882,8 +885,8 @@ class evaluator {
       }
       return a.size() < b.size() ? -1 : a.size() > b.size();
     }
-    fail(line, "'" + std::string(sym) + "' not supported between instances of '" +
-                   std::string(type_name(a)) + "' and '" + std::string(type_name(b)) + "'");
+    fail(line, "'", std::string(sym), "' not supported between instances of '",
+         std::string(type_name(a)), "' and '", std::string(type_name(b)), "'");
   }
 
   bool contains(const value& hay, const value& needle, int line) const {
@@ -891,8 +894,8 @@ class evaluator {
       case value_kind::undefined: return false;
       case value_kind::string:
         if (!needle.is(value_kind::string)) {
-          fail(line, "'in <string>' requires string as left operand, not " +
-                         std::string(type_name(needle)));
+          fail(line, "'in <string>' requires string as left operand, not ",
+               std::string(type_name(needle)));
         }
         return hay.s.find(needle.s) != std::string_view::npos;
       case value_kind::array:
@@ -905,7 +908,7 @@ class evaluator {
         value v;
         return hay.get(needle.s, v);
       }
-      default: fail(line, "argument of type '" + std::string(type_name(hay)) + "' is not iterable");
+      default: fail(line, "argument of type '", std::string(type_name(hay)), "' is not iterable");
     }
   }
 
@@ -940,25 +943,26 @@ class evaluator {
     const call_args& a;
     std::string_view fn;
     int line;
-    std::initializer_list<std::string_view> params;
+    std::array<std::string_view, 4> params{};  // a copy: an initializer_list's array would
+    std::size_t count = 0;                      // not outlive the constructor's call
 
     binder(const call_args& args, std::string_view f, int l,
            std::initializer_list<std::string_view> p)
-        : a(args), fn(f), line(l), params(p) {
-      if (a.pos.size() > params.size()) {
-        fail(line, std::string(fn) + "() takes at most " + std::to_string(params.size()) +
-                       " argument(s) (" + std::to_string(a.pos.size()) + " given)");
+        : a(args), fn(f), line(l), count(std::min(p.size(), params.size())) {
+      std::copy_n(p.begin(), count, params.begin());
+      if (a.pos.size() > count) {
+        fail(line, fn, "() takes at most ", count, " argument(s) (", a.pos.size(), " given)");
       }
       for (const auto& [k, v] : a.kw) {
-        if (std::find(params.begin(), params.end(), k) == params.end())
-          fail(line,
-               std::string(fn) + "() got an unexpected keyword argument '" + std::string(k) + "'");
+        if (std::find(params.begin(), params.begin() + static_cast<std::ptrdiff_t>(count), k) ==
+            params.begin() + static_cast<std::ptrdiff_t>(count))
+          fail(line, fn, "() got an unexpected keyword argument '", k, "'");
       }
     }
     // The k-th parameter, or nullptr when not given.
     const value* get(std::size_t k) const {
       if (k < a.pos.size()) return &a.pos[k];
-      const std::string_view name = *(params.begin() + k);
+      const std::string_view name = params[k];
       for (const auto& [n, v] : a.kw) {
         if (n == name) return &v;
       }
@@ -972,8 +976,8 @@ class evaluator {
       const value* v = get(k);
       if (v == nullptr || v->is(value_kind::none)) return dflt;
       if (!v->is(value_kind::string)) {
-        fail(line, std::string(fn) + "(): argument '" + std::string(*(params.begin() + k)) +
-                       "' must be a string, not " + std::string(type_name(*v)));
+        fail(line, std::string(fn), "(): argument '", params[k],
+             "' must be a string, not ", std::string(type_name(*v)));
       }
       return v->s;
     }
@@ -981,8 +985,8 @@ class evaluator {
       const value* v = get(k);
       if (v == nullptr || v->is(value_kind::none)) return dflt;
       if (!is_int(*v)) {
-        fail(line, std::string(fn) + "(): argument '" + std::string(*(params.begin() + k)) +
-                       "' must be an integer, not " + std::string(type_name(*v)));
+        fail(line, std::string(fn), "(): argument '", params[k],
+             "' must be an integer, not ", std::string(type_name(*v)));
       }
       return as_int(*v);
     }
@@ -1008,7 +1012,7 @@ class evaluator {
     }
     if (fn.is(value_kind::undefined)) fail_undefined(n.line, fn);
     if (!fn.is(value_kind::callable)) {
-      fail(n.line, "'" + std::string(type_name(fn)) + "' object is not callable");
+      fail(n.line, "'", std::string(type_name(fn)), "' object is not callable");
     }
     const auto& c = *static_cast<callable_data*>(fn.owner.get());
     const call_args a = arguments(n, sc, 1);
@@ -1021,7 +1025,7 @@ class evaluator {
         std::vector<std::pair<std::string, value>> entries;
         for (const value& p : a.pos) {
           if (!p.is(value_kind::object) && !p.is(value_kind::space))
-            fail(n.line, std::string(c.name) + "() takes a dict or keyword arguments");
+            fail(n.line, std::string(c.name), "() takes a dict or keyword arguments");
           p.each_entry([&](std::string_view k, const value& v) { entries.emplace_back(k, v); });
         }
         for (const auto& [k, v] : a.kw) {
@@ -1061,8 +1065,8 @@ class evaluator {
       fail(line, "range() takes 1 to 3 integer arguments");
     for (const value& v : a.pos) {
       if (!is_int(v))
-        fail(line, "range(): '" + std::string(type_name(v)) +
-                       "' object cannot be interpreted as an integer");
+        fail(line, "range(): '", std::string(type_name(v)),
+             "' object cannot be interpreted as an integer");
     }
     std::int64_t start = 0, stop = 0, step = 1;
     if (a.pos.size() == 1) {
@@ -1076,8 +1080,8 @@ class evaluator {
     const long double span = (static_cast<long double>(stop) - start) / step;
     const long double count = span > 0 ? std::ceil(span) : 0;
     if (count > static_cast<long double>(opt_.limits.max_iterations))
-      fail_limit(line, "range() of more than " + std::to_string(opt_.limits.max_iterations) +
-                           " items (render_limits)");
+      fail_limit(line, "range() of more than ", std::to_string(opt_.limits.max_iterations),
+                 " items (render_limits)");
     std::vector<value> items;
     const auto n = static_cast<std::int64_t>(count);
     items.reserve(static_cast<std::size_t>(n));
@@ -1097,7 +1101,7 @@ class evaluator {
     std::string fmt(format);
     std::string buf(256 + fmt.size() * 8, '\0');
     const std::size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &t);
-    if (n == 0) fail(line, "strftime_now: format '" + fmt + "' gives no text");
+    if (n == 0) fail(line, "strftime_now: format '", fmt, "' gives no text");
     buf.resize(n);
     return value::string(std::move(buf));
   }
@@ -1105,13 +1109,13 @@ class evaluator {
   value call_macro(const callable_data& c, const call_args& a, int line) {
     const node& m = *c.macro;
     if (a.pos.size() > m.names.size()) {
-      fail(line, "macro '" + m.text + "' takes not more than " + std::to_string(m.names.size()) +
-                     " argument(s)");
+      fail(line, "macro '", m.text, "' takes not more than ", std::to_string(m.names.size()),
+           " argument(s)");
     }
     if (++depth_ > opt_.limits.max_call_depth) {
       --depth_;
-      fail_limit(line, "macro calls nested deeper than " +
-                           std::to_string(opt_.limits.max_call_depth) + " (render_limits)");
+      fail_limit(line, "macro calls nested deeper than ",
+                 std::to_string(opt_.limits.max_call_depth), " (render_limits)");
     }
     struct depth_guard {
       std::size_t& d;
@@ -1124,8 +1128,7 @@ class evaluator {
       for (const auto& [name, x] : a.kw) {
         if (name == m.names[k]) {
           if (v)
-            fail(line,
-                 "macro '" + m.text + "' got multiple values for argument '" + m.names[k] + "'");
+            fail(line, "macro '", m.text, "' got multiple values for argument '", m.names[k], "'");
           v = &x;
         }
       }
@@ -1139,7 +1142,7 @@ class evaluator {
     }
     for (const auto& [name, x] : a.kw) {
       if (std::find(m.names.begin(), m.names.end(), name) == m.names.end())
-        fail(line, "macro '" + m.text + "' takes no keyword argument '" + std::string(name) + "'");
+        fail(line, "macro '", m.text, "' takes no keyword argument '", std::string(name), "'");
     }
     return value::string(capture(m.body, inner));
   }
@@ -1156,7 +1159,7 @@ class evaluator {
     const std::vector<std::uint32_t>* cs = nullptr;
     if (chars && !chars->is(value_kind::none)) {
       if (!chars->is(value_kind::string))
-        fail(line, "strip arg must be None or str, not " + std::string(type_name(*chars)));
+        fail(line, "strip arg must be None or str, not ", std::string(type_name(*chars)));
       for (std::size_t k = 0, len = 1; k < chars->s.size(); k += len)
         set.push_back(detail_eval::decode(chars->s, k, len));
       cs = &set;
@@ -1222,7 +1225,7 @@ class evaluator {
       return parts;
     }
     if (!sep->is(value_kind::string))
-      fail(line, "must be str or None, not " + std::string(type_name(*sep)));
+      fail(line, "must be str or None, not ", std::string(type_name(*sep)));
     const std::string_view d = sep->s;
     if (d.empty()) fail(line, "empty separator");
     std::vector<std::size_t> cuts;  // positions of separators used
@@ -1312,12 +1315,12 @@ class evaluator {
       if (name == "startswith" || name == "endswith") {
         const binder b(a, name, line, {"prefix", "start", "end"});
         const value* p = b.get(0);
-        if (p == nullptr) fail(line, std::string(name) + "() takes at least 1 argument (0 given)");
+        if (p == nullptr) fail(line, std::string(name), "() takes at least 1 argument (0 given)");
         const bool starts = name == "startswith";
         const auto test = [&](const value& x) {
           if (!x.is(value_kind::string)) {
-            fail(line, std::string(name) + " first arg must be str or a tuple of str, not " +
-                           std::string(type_name(x)));
+            fail(line, std::string(name), " first arg must be str or a tuple of str, not ",
+                 std::string(type_name(x)));
           }
           return starts ? t.substr(0, x.s.size()) == x.s
                         : t.size() >= x.s.size() && t.substr(t.size() - x.s.size()) == x.s;
@@ -1386,8 +1389,8 @@ class evaluator {
         bool first = true;
         for (const value& x : iterate(*it, line)) {
           if (!x.is(value_kind::string)) {
-            fail(line,
-                 "sequence item: expected str instance, " + std::string(type_name(x)) + " found");
+            fail(line, "sequence item: expected str instance, ", std::string(type_name(x)),
+                 " found");
           }
           if (!first) s.append(t);
           first = false;
@@ -1438,7 +1441,7 @@ class evaluator {
     if (self.is(value_kind::array) && (name == "index" || name == "count")) {
       const binder b(a, name, line, {"value"});
       const value* x = b.get(0);
-      if (!x) fail(line, std::string(name) + "() takes exactly one argument (0 given)");
+      if (!x) fail(line, std::string(name), "() takes exactly one argument (0 given)");
       std::int64_t n = 0;
       for (std::size_t k = 0; k < self.size(); ++k) {
         if (equal(self.at(k), *x)) {
@@ -1450,8 +1453,8 @@ class evaluator {
       return value::integer(n);
     }
     // The sandbox refuses what would change a list or dict.
-    fail(line, "access to attribute '" + std::string(name) + "' of '" +
-                   std::string(type_name(self)) + "' object is unsafe");
+    fail(line, "access to attribute '", std::string(name), "' of '", std::string(type_name(self)),
+         "' object is unsafe");
   }
 
   // ---- filters ----------------------------------------------------------------------------
@@ -1484,13 +1487,13 @@ class evaluator {
       case value_kind::string: return detail_eval::char_count(v.s);
       case value_kind::array:
       case value_kind::object: return v.size();
-      default: fail(line, "object of type '" + std::string(type_name(v)) + "' has no len()");
+      default: fail(line, "object of type '", std::string(type_name(v)), "' has no len()");
     }
   }
 
   bool run_test(test_id id, std::string_view name, const value& v, const call_args& a, int line) {
     const auto arg = [&]() -> const value& {
-      if (a.pos.empty()) fail(line, "the test '" + std::string(name) + "' needs an argument");
+      if (a.pos.empty()) fail(line, "the test '", std::string(name), "' needs an argument");
       return a.pos[0];
     };
     switch (id) {
@@ -1533,8 +1536,8 @@ class evaluator {
       case test_id::divisibleby: {
         if (v.is(value_kind::undefined)) fail_undefined(line, v);
         if (!is_int(v))
-          fail(line, "the test '" + std::string(name) + "' needs an integer, not " +
-                         std::string(type_name(v)));
+          fail(line, "the test '", std::string(name), "' needs an integer, not ",
+               std::string(type_name(v)));
         const std::int64_t x = as_int(v);
         if (id == test_id::odd) return x % 2 != 0;
         if (id == test_id::even) return x % 2 == 0;
@@ -1777,7 +1780,7 @@ class evaluator {
           else if (k == "default")
             dflt = &x;
           else if (a.pos.empty())
-            fail(line, "map got an unexpected keyword argument '" + std::string(k) + "'");
+            fail(line, "map got an unexpected keyword argument '", std::string(k), "'");
         }
         const std::vector<value> items = iterate(v, line);
         if (attr) {
@@ -1872,11 +1875,11 @@ class evaluator {
           if (x == std::numeric_limits<std::int64_t>::min()) fail(line, "integer overflow");
           return value::integer(x < 0 ? -x : x);
         }
-        fail(line, "bad operand type for abs(): '" + std::string(type_name(v)) + "'");
+        fail(line, "bad operand type for abs(): '", std::string(type_name(v)), "'");
       }
       case filter_id::round: {
         const binder b(a, name, line, {"precision", "method"});
-        if (!v.is_number()) fail(line, "round needs a number, not " + std::string(type_name(v)));
+        if (!v.is_number()) fail(line, "round needs a number, not ", std::string(type_name(v)));
         const std::int64_t p = std::clamp<std::int64_t>(b.integer(0, 0), -300, 300);
         const std::string_view method = b.text(1, "common");
         const double scale = std::pow(10.0, static_cast<double>(p));
@@ -2024,7 +2027,7 @@ class evaluator {
         return total;
       }
     }
-    fail(line, "filter '" + std::string(name) + "' not implemented");
+    fail(line, "filter '", std::string(name), "' not implemented");
   }
 
   const json& vars_;

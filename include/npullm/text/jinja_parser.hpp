@@ -284,8 +284,9 @@ inline bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-[[noreturn]] inline void syntax(int line, std::string_view what) {
-  raise(error_code::corrupt_data, "chat template syntax error, line ", line, ": ", what);
+template <class... Parts>
+[[noreturn]] void syntax(int line, const Parts&... what) {
+  raise(error_code::corrupt_data, "chat template syntax error, line ", line, ": ", what...);
 }
 
 // Python's string escapes: \n \t \r \\ \' \" \b \f \v \a \0oo \xHH \uHHHH \UHHHHHHHH; any other
@@ -490,7 +491,7 @@ class lexer {
           }
         }
         if (found.empty() || found == ";" || found == "!") {
-          syntax(line, "unexpected character '" + std::string(1, c) + "'");
+          syntax(line, "unexpected character '", std::string(1, c), "'");
         }
         if (found == "(" || found == "[" || found == "{") ++depth;
         if ((found == ")" || found == "]" || found == "}") && depth > 0) --depth;
@@ -534,7 +535,7 @@ class lexer {
       t.d = std::strtod(digits.c_str(), nullptr);
     } else {
       const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), t.i);
-      if (r.ec != std::errc{}) syntax(line, "integer " + digits + " too large");
+      if (r.ec != std::errc{}) syntax(line, "integer ", digits, " too large");
     }
     tokens_.push_back(std::move(t));
     return n;
@@ -615,7 +616,7 @@ class parser {
   std::vector<node_ptr> parse_template() {
     std::vector<node_ptr> body;
     const std::string_view end = statements(body, {});
-    if (!end.empty()) syntax(cur().line, "unexpected '" + std::string(end) + "'");
+    if (!end.empty()) syntax(cur().line, "unexpected '", std::string(end), "'");
     return body;
   }
 
@@ -638,15 +639,15 @@ class parser {
   bool is_op(std::string_view o) const { return cur().type == tok::op && cur().text == o; }
   bool is_name(std::string_view n) const { return cur().type == tok::name && cur().text == n; }
   void expect_op(std::string_view o) {
-    if (!is_op(o)) syntax(cur().line, "expected '" + std::string(o) + "', found " + shown(cur()));
+    if (!is_op(o)) syntax(cur().line, "expected '", std::string(o), "', found ", shown(cur()));
     ++pos_;
   }
   std::string expect_name() {
-    if (cur().type != tok::name) syntax(cur().line, "expected a name, found " + shown(cur()));
+    if (cur().type != tok::name) syntax(cur().line, "expected a name, found ", shown(cur()));
     return t_[pos_++].text;
   }
   void expect_block_end() {
-    if (cur().type != tok::block_end) syntax(cur().line, "expected '%}', found " + shown(cur()));
+    if (cur().type != tok::block_end) syntax(cur().line, "expected '%}', found ", shown(cur()));
     ++pos_;
   }
   static std::string shown(const token& t) {
@@ -674,8 +675,8 @@ class parser {
       const token& t = cur();
       if (t.type == tok::eof) {
         if (ends.size() != 0) {
-          syntax(t.line,
-                 "unexpected end of template: '" + std::string(*ends.begin()) + "' missing");
+          syntax(t.line, "unexpected end of template: '", std::string(*(ends.end() - 1)),
+                 "' missing");
         }
         return {};
       }
@@ -688,13 +689,13 @@ class parser {
         ++pos_;
         auto n = make(node_kind::output, t.line);
         n->kids.push_back(expression());
-        if (cur().type != tok::var_end) syntax(cur().line, "expected '}}', found " + shown(cur()));
+        if (cur().type != tok::var_end) syntax(cur().line, "expected '}}', found ", shown(cur()));
         ++pos_;
         out.push_back(std::move(n));
       } else if (t.type == tok::block_begin) {
         ++pos_;
         const token& kw = cur();
-        if (kw.type != tok::name) syntax(kw.line, "expected a statement name, found " + shown(kw));
+        if (kw.type != tok::name) syntax(kw.line, "expected a statement name, found ", shown(kw));
         for (const std::string_view e : ends) {
           if (kw.text == e) {
             ++pos_;
@@ -703,7 +704,7 @@ class parser {
         }
         out.push_back(statement());
       } else {
-        syntax(t.line, "unexpected " + shown(t));
+        syntax(t.line, "unexpected ", shown(t));
       }
     }
   }
@@ -718,7 +719,7 @@ class parser {
     if (name == "set") return set_statement(line);
     if (name == "macro") return macro_statement(line);
     if (name == "break" || name == "continue") {
-      if (loops_ == 0) syntax(line, "'" + name + "' outside a for loop");
+      if (loops_ == 0) syntax(line, "'", name, "' outside a for loop");
       expect_block_end();
       return make(name == "break" ? node_kind::break_ : node_kind::continue_, line);
     }
@@ -760,7 +761,7 @@ class parser {
       }
     }
     if (name.rfind("end", 0) == 0 || name == "else" || name == "elif") {
-      syntax(line, "unexpected '" + name + "'");
+      syntax(line, "unexpected '", name, "'");
     }
     raise(error_code::unsupported, "chat template line ", line, ": unknown statement {% ", name,
           " %}");
@@ -1140,7 +1141,7 @@ class parser {
       }
       default: break;
     }
-    syntax(line, "unexpected " + shown(t) + " in an expression");
+    syntax(line, "unexpected ", shown(t), " in an expression");
   }
 
   node_ptr postfix(node_ptr n) {
@@ -1232,7 +1233,8 @@ class parser {
     std::string name = expect_name();
     while (is_op(".")) {  // a dotted filter name
       ++pos_;
-      name += "." + expect_name();
+      name += '.';
+      name += expect_name();
     }
     auto f = make(node_kind::filter, line);
     bool known = false;
