@@ -393,13 +393,32 @@ TEST(jinja, safety_limits_give_errors_not_crashes_or_hangs) {
       "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
       "{% endfor %}",
       "exceeds the limit");
+  // Lists built inside lists, deeper than max_nesting; a namespace holding itself.
+  limited(
+      "{% set ns = namespace(x=[]) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}",
+      "nested deeper than 256");
+  render_error("{% set ns = namespace(a=1) %}{% set ns.b = [ns] %}{{ ns }}", json::object(),
+               error_code::unsupported, "namespace holding a namespace");
+  // The interpreter's own recursion.
+  jinja::render_options shallow = fixed_date();
+  shallow.limits.max_depth = 50;
+  expect_error(
+      [&] {
+        std::string sum = "1";
+        for (int k = 0; k < 60; ++k) sum = "1 + (" + sum + ")";
+        (void)render("{{ " + sum + " }}", json::object(), shallow);
+      },
+      error_code::capacity_exhausted, "nested deeper than 50 while rendering");
   // The default limits hold too (recursion without a base case).
   expect_error([] { (void)render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"); },
                error_code::capacity_exhausted, "nested deeper");
   // Nesting that would overflow the parser's stack is refused.
   expect_error(
-      [] { (void)jinja::template_program::parse("{{ " + std::string(100000, '(') + "1" +
-                                                   std::string(100000, ')') + " }}"); },
+      [] {
+        (void)jinja::template_program::parse("{{ " + std::string(100000, '(') + "1" +
+                                             std::string(100000, ')') + " }}");
+      },
       error_code::capacity_exhausted, "nested deeper than 256");
   std::string blocks;
   for (int k = 0; k < 5000; ++k) blocks += "{% if true %}";

@@ -48,6 +48,8 @@ struct render_limits {
   std::size_t max_output_bytes = std::size_t{16} << 20;  // the text, and any string made
   std::size_t max_iterations = std::size_t{1} << 20;     // loop iterations of one render
   std::size_t max_call_depth = 64;                       // macro calls inside macro calls
+  std::size_t max_depth = 1024;  // expressions and statements evaluated inside one another
+                                 // (macro calls' bodies included): the interpreter's recursion
 };
 
 struct render_options {
@@ -243,7 +245,24 @@ class evaluator {
     check_size(out_->size(), line);
   }
 
+  // One level of the interpreter's recursion, refused past render_limits::max_depth.
+  struct depth_guard {
+    evaluator& e;
+    int line;
+    depth_guard(evaluator& ev, int l) : e(ev), line(l) {
+      if (++e.eval_depth_ > e.opt_.limits.max_depth) {
+        --e.eval_depth_;
+        fail_limit(line, "expressions and statements nested deeper than ", e.opt_.limits.max_depth,
+                   " while rendering (render_limits)");
+      }
+    }
+    ~depth_guard() { --e.eval_depth_; }
+    depth_guard(const depth_guard&) = delete;
+    depth_guard& operator=(const depth_guard&) = delete;
+  };
+
   flow exec(const node& n, scope& sc) {
+    const depth_guard guard(*this, n.line);
     switch (n.kind) {
       case node_kind::data: emit(n.text, n.line); return flow::normal;
       case node_kind::output: {
@@ -263,6 +282,11 @@ class evaluator {
                  (ns ? std::string(type_name(*ns)) : "undefined"), ")");
           }
           object_data& o = ns->obj();
+          if (v.nest().has_space) {
+            raise(error_code::unsupported, "chat template line ", n.line,
+                  ": a namespace holding a namespace is not supported");
+          }
+          o.nest = value::outer(o.nest, v);  // before the change: an error leaves it as it was
           if (value* x = o.find(n.text)) {
             *x = std::move(v);
           } else {
@@ -454,6 +478,7 @@ class evaluator {
   }
 
   value eval(const node& n, scope& sc) {
+    const depth_guard guard(*this, n.line);
     switch (n.kind) {
       case node_kind::literal: return n.literal;
       case node_kind::name: return lookup(n, sc);
@@ -944,7 +969,7 @@ class evaluator {
     std::string_view fn;
     int line;
     std::array<std::string_view, 4> params{};  // a copy: an initializer_list's array would
-    std::size_t count = 0;                      // not outlive the constructor's call
+    std::size_t count = 0;                     // not outlive the constructor's call
 
     binder(const call_args& args, std::string_view f, int l,
            std::initializer_list<std::string_view> p)
@@ -976,8 +1001,8 @@ class evaluator {
       const value* v = get(k);
       if (v == nullptr || v->is(value_kind::none)) return dflt;
       if (!v->is(value_kind::string)) {
-        fail(line, std::string(fn), "(): argument '", params[k],
-             "' must be a string, not ", std::string(type_name(*v)));
+        fail(line, std::string(fn), "(): argument '", params[k], "' must be a string, not ",
+             std::string(type_name(*v)));
       }
       return v->s;
     }
@@ -985,8 +1010,8 @@ class evaluator {
       const value* v = get(k);
       if (v == nullptr || v->is(value_kind::none)) return dflt;
       if (!is_int(*v)) {
-        fail(line, std::string(fn), "(): argument '", params[k],
-             "' must be an integer, not ", std::string(type_name(*v)));
+        fail(line, std::string(fn), "(): argument '", params[k], "' must be an integer, not ",
+             std::string(type_name(*v)));
       }
       return as_int(*v);
     }
@@ -1117,10 +1142,10 @@ class evaluator {
       fail_limit(line, "macro calls nested deeper than ",
                  std::to_string(opt_.limits.max_call_depth), " (render_limits)");
     }
-    struct depth_guard {
+    struct call_guard {
       std::size_t& d;
-      ~depth_guard() { --d; }
-    } guard{depth_};
+      ~call_guard() { --d; }
+    } calls{depth_};
     scope inner;
     inner.parent = top_;
     for (std::size_t k = 0; k < m.names.size(); ++k) {
@@ -2036,6 +2061,7 @@ class evaluator {
   scope* top_ = nullptr;
   std::size_t iterations_ = 0;
   std::size_t depth_ = 0;
+  std::size_t eval_depth_ = 0;
 };
 
 // A parsed template: parse once, render many times (render is const and keeps no state).

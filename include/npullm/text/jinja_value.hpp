@@ -50,12 +50,25 @@ enum class value_kind : std::uint8_t {
 // Where an undefined value came from, for the message when it is used.
 enum class undefined_from : std::uint8_t { name, attribute, index };
 
+// Lists and dicts a template builds nest at most this deep (printing, tojson, comparing and
+// freeing them recurse): deeper is capacity_exhausted. The caller's JSON is not counted.
+inline constexpr std::uint32_t max_nesting = 256;
+
+// What a built list / dict holds: its nesting depth (1: no list or dict inside) and whether a
+// namespace is inside (a namespace may not hold one: no value can contain itself).
+struct nesting {
+  std::uint32_t depth = 1;
+  bool has_space = false;
+};
+
 struct value;
 struct array_data {
   std::vector<value> items;
+  nesting nest;
 };
 struct object_data {
   std::vector<std::pair<std::string, value>> entries;
+  nesting nest;
   value* find(std::string_view key);
 };
 struct callable_data;
@@ -104,18 +117,45 @@ struct value {
     return r;
   }
   static value array(std::vector<value> items, bool tuple = false) {
+    nesting n;
+    for (const value& x : items) n = outer(n, x);
     value r = with(value_kind::array);
     r.aux = tuple ? 1 : 0;
     r.j = nullptr;
-    r.owner = std::make_shared<array_data>(array_data{std::move(items)});
+    r.owner = std::make_shared<array_data>(array_data{std::move(items), n});
     return r;
   }
   static value object(std::vector<std::pair<std::string, value>> entries,
                       value_kind k = value_kind::object) {
+    nesting n;
+    for (const auto& e : entries) n = outer(n, e.second);
+    if (k == value_kind::space && n.has_space) {
+      raise(error_code::unsupported, "a namespace holding a namespace is not supported");
+    }
     value r = with(k);
     r.j = nullptr;
-    r.owner = std::make_shared<object_data>(object_data{std::move(entries)});
+    r.owner = std::make_shared<object_data>(object_data{std::move(entries), n});
     return r;
+  }
+  // The nesting of a built list or dict (borrowed JSON and scalars: depth 0).
+  [[nodiscard]] nesting nest() const {
+    if (kind == value_kind::array && !borrowed()) return arr().nest;
+    if ((kind == value_kind::object && !borrowed()) || kind == value_kind::space) {
+      nesting n = obj().nest;
+      n.has_space = n.has_space || kind == value_kind::space;
+      return n;
+    }
+    return {0, false};
+  }
+  // The nesting of a container n that also holds x; deeper than max_nesting is an error.
+  static nesting outer(nesting n, const value& x) {
+    const nesting inner = x.nest();
+    n.depth = std::max(n.depth, inner.depth + 1);
+    n.has_space = n.has_space || inner.has_space;
+    if (n.depth > max_nesting) {
+      raise(error_code::capacity_exhausted, "lists and dicts nested deeper than ", max_nesting);
+    }
+    return n;
   }
   static value undefined(std::string_view name, undefined_from from = undefined_from::name,
                          value_kind parent = value_kind::undefined) {
