@@ -348,6 +348,10 @@ TEST(jinja, errors_as_jinja_raises_them) {
   render_error("{{ n | length }}", d, error_code::invalid_argument, "has no len()");
   render_error("{% set d.x = 1 %}", d, error_code::invalid_argument, "non-namespace");
   render_error("{{ 1 // 0 }}", d, error_code::invalid_argument, "by zero");
+  // Names made at render time outlive their strings (ASan checks it in the sanitizer build).
+  render_error("{% set u = d['a' ~ 'b'] %}{{ u.x }}", d, error_code::invalid_argument,
+               "'dict object' has no attribute 'ab'");
+  EXPECT_EQ(render("{{ e[('it' ~ 'ems')]() | list }}", json{{"e", {{"k", 1}}}}), "[('k', 1)]");
   // Missing attributes of a dict or None print nothing (Undefined), as in Jinja.
   EXPECT_EQ(render("[{{ d.missing }}{{ n.x }}{{ d['k'] }}]", d), "[]");
 }

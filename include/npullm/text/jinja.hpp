@@ -570,14 +570,29 @@ class evaluator {
   static bool among(const std::array<std::string_view, N>& names, std::string_view s) {
     return std::find(names.begin(), names.end(), s) != names.end();
   }
+  // A method's name as the static tables hold it (a bound method outlives the string it was
+  // looked up with).
+  static std::string_view method_name(std::string_view s) {
+    for (const auto* table : {string_methods.data(), dict_methods.data(), mutating.data()}) {
+      const std::size_t n = table == string_methods.data() ? string_methods.size()
+                            : table == dict_methods.data() ? dict_methods.size()
+                                                           : mutating.size();
+      for (std::size_t k = 0; k < n; ++k) {
+        if (table[k] == s) return table[k];
+      }
+    }
+    return s == "index" ? std::string_view("index") : std::string_view();
+  }
 
-  // obj.name: Python's attribute (a method) first, then the item, as Jinja's getattr does.
-  value get_attribute(const value& obj, std::string_view name, int line) const {
+  // obj.name: Python's attribute (a method) first, then the item, as Jinja's getattr does. An
+  // undefined result keeps `keep` (the owner of name's text) alive.
+  value get_attribute(const value& obj, std::string_view name, int line,
+                      const std::shared_ptr<void>& keep = nullptr) const {
     switch (obj.kind) {
       case value_kind::undefined: fail_undefined(line, obj);
       case value_kind::object: {
         if (among(dict_methods, name) || among(mutating, name))
-          return builtin(callable_kind::method, name, obj);
+          return builtin(callable_kind::method, method_name(name), obj);
         value v;
         if (obj.get(name, v)) return v;
         break;
@@ -587,16 +602,23 @@ class evaluator {
         break;
       }
       case value_kind::string:
-        if (among(string_methods, name)) return builtin(callable_kind::method, name, obj);
+        if (among(string_methods, name))
+          return builtin(callable_kind::method, method_name(name), obj);
         break;
       case value_kind::array:
         if (among(mutating, name) || name == "index" || name == "count")
-          return builtin(callable_kind::method, name, obj);
+          return builtin(callable_kind::method, method_name(name), obj);
         break;
-      case value_kind::loop: return loop_attribute(obj, name, line);
+      case value_kind::loop: {
+        value v = loop_attribute(obj, name, line);
+        if (v.is(value_kind::undefined)) v.owner = keep;
+        return v;
+      }
       default: break;
     }
-    return value::undefined(name, undefined_from::attribute, obj.kind);
+    value u = value::undefined(name, undefined_from::attribute, obj.kind);
+    u.owner = keep;
+    return u;
   }
 
   value loop_attribute(const value& obj, std::string_view name, int /*line*/) const {
@@ -614,7 +636,7 @@ class evaluator {
     if (name == "depth0") return value::integer(0);
     if (name == "previtem") return k > 0 ? l.items[l.index - 1] : value::undefined("previtem");
     if (name == "nextitem") return k + 1 < n ? l.items[l.index + 1] : value::undefined("nextitem");
-    if (name == "cycle") return builtin(callable_kind::cycle, name, obj);
+    if (name == "cycle") return builtin(callable_kind::cycle, "cycle", obj);
     return value::undefined(name, undefined_from::attribute, value_kind::loop);
   }
 
@@ -638,9 +660,9 @@ class evaluator {
     } else if (obj.is(value_kind::object) && key.is(value_kind::string)) {
       value v;
       if (obj.get(key.s, v)) return v;
-      return get_attribute(obj, key.s, line);
+      return get_attribute(obj, key.s, line, key.owner);
     } else if (key.is(value_kind::string)) {
-      return get_attribute(obj, key.s, line);
+      return get_attribute(obj, key.s, line, key.owner);
     }
     value u = value::undefined({}, undefined_from::index, obj.kind);
     u.i = int_key ? i : 0;
@@ -1500,7 +1522,7 @@ class evaluator {
       if (cur.is(value_kind::undefined)) return cur;
       cur = r.ec == std::errc{} && r.ptr == part.data() + part.size() && !part.empty()
                 ? get_item(cur, value::integer(idx), line)
-                : get_item(cur, value::view(part), line);
+                : get_item(cur, value::string(std::string(part)), line);
       b = e + 1;
     }
     return cur;
@@ -1844,12 +1866,15 @@ class evaluator {
       case filter_id::attr: {
         const binder b(a, name, line, {"name"});
         const std::string_view n = b.text(0, "");
+        const std::shared_ptr<void> keep = b.get(0) ? b.get(0)->owner : nullptr;
         if (v.is(value_kind::object)) {
           // getattr only: a dict's keys are not its attributes.
-          if (among(dict_methods, n)) return builtin(callable_kind::method, n, v);
-          return value::undefined(n, undefined_from::attribute, v.kind);
+          if (among(dict_methods, n)) return builtin(callable_kind::method, method_name(n), v);
+          value u = value::undefined(n, undefined_from::attribute, v.kind);
+          u.owner = keep;
+          return u;
         }
-        return get_attribute(v, n, line);
+        return get_attribute(v, n, line, keep);
       }
       case filter_id::int_: {
         const binder b(a, name, line, {"default", "base"});
