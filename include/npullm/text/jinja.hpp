@@ -1075,13 +1075,13 @@ class evaluator {
             fail(n.line, std::string(c.name), "() takes a dict or keyword arguments");
           p.each_entry([&](std::string_view k, const value& v) { entries.emplace_back(k, v); });
         }
-        for (const auto& [k, v] : a.kw) {
+        for (const auto& kw : a.kw) {
           auto it = std::find_if(entries.begin(), entries.end(),
-                                 [&](const auto& e) { return e.first == k; });
+                                 [&](const auto& e) { return e.first == kw.first; });
           if (it != entries.end()) {
-            it->second = v;
+            it->second = kw.second;
           } else {
-            entries.emplace_back(k, v);
+            entries.emplace_back(kw.first, kw.second);
           }
         }
         return value::object(std::move(entries), c.kind == callable_kind::namespace_

@@ -615,7 +615,7 @@ class parser {
 
   std::vector<node_ptr> parse_template() {
     std::vector<node_ptr> body;
-    const std::string_view end = statements(body, {});
+    const std::string end = statements(body, {});
     if (!end.empty()) syntax(cur().line, "unexpected '", std::string(end), "'");
     return body;
   }
