@@ -79,6 +79,9 @@ TEST(jinja, whitespace_control_and_block_trimming) {
   EXPECT_EQ(render("a {#- note -#} b"), "ab");
   // raw, newlines normalized, one trailing newline dropped (keep_trailing_newline=False).
   EXPECT_EQ(render("{% raw %}{{ x }} {% if %}{% endraw %}"), "{{ x }} {% if %}");
+  // {% raw %} itself is not trimmed (Jinja's lexer), its {% endraw %} is.
+  EXPECT_EQ(render("{% raw %}\nx\n{% endraw %}\ny"), "\nx\ny");
+  EXPECT_EQ(render("{%- raw -%}\n x {%- endraw %}"), "x");
   EXPECT_EQ(render("a\r\nb\rc"), "a\nb\nc");
   EXPECT_EQ(render("x\n\n"), "x\n");
 }

@@ -421,13 +421,17 @@ class lexer {
     if (src_.compare(p, 3, "raw") != 0) return false;
     p += 3;
     while (p < src_.size() && is_space(src_[p])) ++p;
-    if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
+    if (p < src_.size() && src_[p] == '-') ++p;
     return src_.compare(p, 2, "%}") == 0;
   }
 
   std::size_t raw(std::size_t p, int line) {
+    // Jinja's {% raw %} ends without trim_blocks (only '-%}' strips what follows).
     const std::size_t close = src_.find("%}", p);
-    std::size_t pos = after_end(close, close + 2, true);
+    std::size_t pos = close + 2;
+    if (src_[close - 1] == '-') {
+      while (pos < src_.size() && is_space(src_[pos])) ++pos;
+    }
     for (std::size_t k = src_.find("{%", pos); k != std::string::npos; k = src_.find("{%", k + 2)) {
       std::size_t q = k + 2;
       const char sign = q < src_.size() && (src_[q] == '-' || src_[q] == '+') ? src_[q] : 0;
