@@ -2,7 +2,7 @@
 // Python and Jinja2 see them: undefined, None, bool, int, float, str, list / tuple, dict,
 // namespace, callables (macros, builtins, bound methods) and a for loop's `loop`.
 //
-// A value is small (40 bytes) and cheap to copy: strings are a view plus an owner (the template's
+// A value is small (48 bytes) and cheap to copy: strings are a view plus an owner (the template's
 // literal, the caller's JSON, or a shared string made by an operation); lists and dicts are
 // either borrowed from the caller's JSON (never copied) or shared, immutable once built (the
 // template is sandboxed as transformers' ImmutableSandboxedEnvironment is); only a namespace
