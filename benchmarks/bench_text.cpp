@@ -2,6 +2,14 @@
 // English prose, code and tables, repeated to 1 MiB) with the vocabularies of ../shared/vocab
 // (benchmarks without their file are not registered; the binary says which).
 // Names: tokenizer_<encode|decode>/<vocab>/<bytes>/threads:1; counters tokens_per_s, MBps.
+//
+// Chat template rendering (text/jinja.hpp): the Qwen3 template (Qwen2's vocabulary GGUF carries
+// it) parsed once, then a conversation rendered per iteration: a system prompt and N turns
+// (user / assistant alternating, the last a user's, one assistant answer with a <think> block).
+// chat_render/qwen3/turns:N/<vars|messages>: `vars` renders prebuilt variables
+// (template_program::render), `messages` goes through chat_template::apply from chat_message
+// values (building the JSON each time, as an application does). Counter us_per_render: the
+// median of the iterations (the target: <= 50 us for 10 turns).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -13,6 +21,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "npullm/text/chat_template.hpp"
 #include "npullm/text/tokenizer.hpp"
 
 namespace {
@@ -62,7 +71,66 @@ void decode_benchmark(benchmark::State& state, std::shared_ptr<const npullm::tex
       benchmark::Counter(static_cast<double>(text->size()) * it / 1e6, benchmark::Counter::kIsRate);
 }
 
+std::vector<npullm::text::chat_message> chat_turns(int turns) {
+  std::vector<npullm::text::chat_message> m = {
+      {"system", "You are a helpful assistant. Answer briefly and precisely."}};
+  for (int k = 0; k < turns; ++k) {
+    if (k % 2 == 0) {
+      m.push_back({"user", "Question " + std::to_string(k / 2 + 1) +
+                               ": what is the capital of France, and why is it there?"});
+    } else if (k == 1) {
+      m.push_back({"assistant",
+                   "<think>\nThe user asks about Paris; recall its history.\n</think>\n\nParis: "
+                   "it grew on an island of the Seine."});
+    } else {
+      m.push_back({"assistant", "Paris, on the Seine, since the Middle Ages."});
+    }
+  }
+  return m;
+}
+
+void chat_render_benchmark(benchmark::State& state,
+                           std::shared_ptr<const npullm::text::chat_template> tmpl,
+                           std::shared_ptr<const npullm::text::jinja::template_program> program,
+                           int turns, bool prebuilt) {
+  const auto messages = chat_turns(turns);
+  npullm::text::jinja::json vars = npullm::text::jinja::json::object();
+  vars["messages"] = npullm::text::jinja::json::array();
+  for (const auto& m : messages) vars["messages"].push_back(m.to_json());
+  vars["add_generation_prompt"] = true;
+  vars["bos_token"] = "";
+  vars["eos_token"] = "<|im_end|>";
+  std::string text;
+  const double seconds = npullm::bench::timed_loop(state, [&] {
+    text = prebuilt ? program->render(vars) : tmpl->apply(messages, true);
+    benchmark::DoNotOptimize(text.data());
+  });
+  if (text.find("<|im_start|>assistant\n") == std::string::npos)
+    state.SkipWithError("no generation prompt in the text");
+  state.counters["us_per_render"] = seconds * 1e6;
+  state.counters["bytes"] = static_cast<double>(text.size());
+}
+
 void register_all() {
+  const fs::path qwen2 = fs::path(NPULLM_VOCAB_DIR) / "ggml-vocab-qwen2.gguf";
+  if (fs::exists(qwen2)) {
+    const auto vocab = npullm::text::vocabulary::from_gguf(qwen2);
+    auto tmpl = std::make_shared<const npullm::text::chat_template>(
+        npullm::text::chat_template::from_vocabulary(vocab));
+    auto program = std::make_shared<const npullm::text::jinja::template_program>(
+        npullm::text::jinja::template_program::parse(vocab.chat_template.value_or("")));
+    for (const int turns : {10, 40}) {
+      for (const bool prebuilt : {true, false}) {
+        benchmark::RegisterBenchmark(("chat_render/qwen3/turns:" + std::to_string(turns) +
+                                      (prebuilt ? "/vars" : "/messages"))
+                                         .c_str(),
+                                     chat_render_benchmark, tmpl, program, turns, prebuilt)
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  } else {
+    std::fprintf(stderr, "bench_text: %s absent: chat_render is not registered\n", qwen2.c_str());
+  }
   static const std::string text = long_text(1 << 20);
   if (text.empty()) {
     std::fprintf(stderr, "bench_text: %s/README.md not readable: no benchmarks\n",

@@ -6,7 +6,7 @@
 //              [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]
 //              [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]
 //              [-l TOKEN(+|-)BIAS ...] [--stop TEXT ...] [-t threads] [-c context]
-//              [--vocab VOCAB.gguf]
+//              [--vocab VOCAB.gguf] [--chat-template-file F] [--chat-template-kwargs JSON]
 //
 //   -m DIR        a Hugging Face directory (config.json + safetensors, read by
 //                 model_weights::load; its torch_dtype is the weight type). Its tokenizer.json
@@ -14,8 +14,12 @@
 //   --vocab       the vocabulary (tokenizer.* keys) from this GGUF instead of the model's: a
 //                 vocabulary-only GGUF such as llama.cpp's ggml-vocab-*.gguf, or any model file
 //   --chat        the prompt is a user message in the file's chat template
-//                 (tokenizer.chat_template: ChatML / Qwen, Llama 3, Llama 2, Mistral, Gemma,
-//                 Phi-3), the generation prompt opened; --system adds a system message
+//                 (tokenizer.chat_template), rendered by npullm's Jinja interpreter as
+//                 transformers renders it, the generation prompt opened; --system adds a
+//                 system message. A leading BOS the template writes is not added twice.
+//   --chat-template-file F     that Jinja template instead of the file's
+//   --chat-template-kwargs J   more template variables, a JSON object:
+//                 '{"enable_thinking": false}'
 //   --temp 0      greedy; otherwise top-k / top-p / min-p / temperature sampling (llama.cpp's
 //                 order, batch/sampler.hpp) seeded by --seed (default: a random seed, printed)
 //   -l, --logit-bias TOKEN+BIAS, TOKEN-BIAS   llama.cpp's flag: BIAS added to the logit of token
@@ -38,6 +42,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <optional>
@@ -81,6 +87,8 @@ struct options {
   std::optional<std::string> system;
   std::size_t n_predict = 128;
   bool chat = false;
+  std::optional<std::string> chat_template_file;   // --chat-template-file
+  npullm::text::jinja::json chat_template_kwargs;  // --chat-template-kwargs (an object)
   float temperature = 0.8f;
   std::size_t top_k = 40;
   float top_p = 0.95f;
@@ -103,10 +111,12 @@ void usage(const char* argv0) {
       "          [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]\n"
       "          [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]\n"
       "          [-l TOKEN(+|-)BIAS ...] [--stop TEXT ...] [-t threads] [-c context]\n"
-      "          [--vocab VOCAB.gguf]\n\n"
+      "          [--vocab VOCAB.gguf] [--chat-template-file F] [--chat-template-kwargs JSON]\n\n"
       "Generates text with a GGUF model (or a Hugging Face directory with a GGUF vocabulary:\n"
       "--vocab or DIR/vocab.gguf), streaming it, then prints tokens/s.\n"
       "  --chat            the prompt as a user message in the file's chat template\n"
+      "  --chat-template-file F      that Jinja template instead of the file's\n"
+      "  --chat-template-kwargs JSON more template variables: '{\"enable_thinking\":false}'\n"
       "  --temp 0          greedy decoding\n"
       "  --repeat-penalty, --frequency-penalty, --presence-penalty: over the last\n"
       "                    --repeat-last-n tokens of prompt and output (0: none)\n"
@@ -316,6 +326,16 @@ int main(int argc, char** argv) {
         o.chat = true;
       } else if (a == "--system") {
         o.system = value();
+      } else if (a == "--chat-template-file") {
+        o.chat_template_file = value();
+      } else if (a == "--chat-template-kwargs") {
+        const std::string v = value();
+        o.chat_template_kwargs = npullm::text::jinja::json::parse(v, nullptr, false);
+        if (!o.chat_template_kwargs.is_object()) {
+          cli::refuse(a, v,
+                      "must be a JSON object of template variables, as "
+                      "'{\"enable_thinking\": false}'");
+        }
       } else if (a == "--temp") {
         o.temperature = cli::number(a, value(), "temperature", cli::range::at_least(0));
       } else if (a == "--top-k") {
@@ -385,14 +405,54 @@ int main(int argc, char** argv) {
     }
     std::string text = o.prompt;
     if (o.chat) {
-      const auto tmpl = npullm::text::chat_template::from_vocabulary(tok.vocab());
+      // The file's template (or --chat-template-file's), BOS / EOS from the vocabulary.
+      const auto& v = tok.vocab();
+      const auto token_text = [&](std::int32_t id) {
+        return id >= 0 && static_cast<std::size_t>(id) < v.size() ? v.tokens[id].text
+                                                                  : std::string();
+      };
+      npullm::text::chat_template tmpl(npullm::text::chat_format::chatml);
+      if (o.chat_template_file) {
+        std::ifstream in(*o.chat_template_file, std::ios::binary);
+        if (!in) {
+          std::fprintf(stderr, "error: --chat-template-file %s: cannot be read\n",
+                       o.chat_template_file->c_str());
+          return 1;
+        }
+        const std::string source((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
+        tmpl =
+            npullm::text::chat_template::from_jinja(source, token_text(v.bos), token_text(v.eos));
+        std::fprintf(stderr, "npullm_run: chat template from %s (npullm's Jinja interpreter)\n",
+                     o.chat_template_file->c_str());
+      } else {
+        if (!v.chat_template) {
+          std::fprintf(stderr,
+                       "error: --chat: %s has no chat template (tokenizer.chat_template): give "
+                       "one with --chat-template-file F\n",
+                       vocab.c_str());
+          return 1;
+        }
+        tmpl = npullm::text::chat_template::from_vocabulary(v);
+        std::fprintf(stderr,
+                     "npullm_run: chat template from the file (tokenizer.chat_template, %zu "
+                     "bytes; npullm's Jinja interpreter)\n",
+                     v.chat_template->size());
+      }
       std::vector<npullm::text::chat_message> messages;
       if (o.system) messages.push_back({"system", *o.system});
       messages.push_back({"user", o.prompt});
-      text = tmpl.apply(messages, true);
-      std::fprintf(stderr, "npullm_run: chat template %s\n", std::string(tmpl.name()).c_str());
-    } else if (o.system) {
-      std::fprintf(stderr, "error: --system needs --chat\n");
+      npullm::text::chat_options options{.add_generation_prompt = true};
+      if (!o.chat_template_kwargs.is_null()) options.variables = o.chat_template_kwargs;
+      text = tmpl.apply(messages, options);
+      // The template's BOS, where encoding adds one too, once (as llama.cpp does).
+      const std::string bos = token_text(v.bos);
+      if (v.add_bos && !bos.empty() && text.compare(0, bos.size(), bos) == 0)
+        text.erase(0, bos.size());
+    } else if (o.system || o.chat_template_file || !o.chat_template_kwargs.is_null()) {
+      std::fprintf(stderr,
+                   "error: --system, --chat-template-file and --chat-template-kwargs "
+                   "need --chat\n");
       return 1;
     }
     const auto prompt = tok.encode(text, {.add_special = true, .parse_special = true});

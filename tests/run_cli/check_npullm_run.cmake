@@ -6,7 +6,8 @@
 # sampling flags: --top-k 1 at a high temperature is greedy, a high temperature differs from
 # greedy and between seeds, --stop cuts greedy text right before the stop string's first
 # occurrence, --logit-bias +100 forces its token and -inf bans it; --chat
-# names the file's template; bad values are refused before the model loads, each naming its flag
+# renders the file's template (Phi-3's drops system messages), --chat-template-file and
+# --chat-template-kwargs reach the interpreter; bad values are refused before the model loads, each naming its flag
 # and value; the model's Hugging Face directory runs with --vocab, and without a GGUF vocabulary
 # is refused saying what it needs.
 #   -DRUN=<npullm_run> -DGGUF=<the model file> -DMODEL_DIR=<its bf16 directory>
@@ -135,10 +136,45 @@ if(NOT dot_first STREQUAL "${capital}...\n")
   fail("-l 29889+100 with --temp 0 did not give '...':\n${dot_first}")
 endif()
 
-# ---- --chat: the file's template (Phi-3) ------------------------------------------------------
+# ---- --chat: the file's template (Phi-3's), rendered by the interpreter: the real template drops
+# system messages, so --system leaves the prompt's token count as it is; a template file
+# (--chat-template-file) that writes them gives more; --chat-template-kwargs reaches the
+# template (its raise_exception is the error, exit 1) ----------------------------------------
+function(prompt_tokens var err)
+  if(NOT err MATCHES "prompt: +([0-9]+) tokens")
+    fail("no prompt token count on stderr:\n${err}")
+  endif()
+  set(${var} ${CMAKE_MATCH_1} PARENT_SCOPE)
+endfunction()
 run(chat -p "Hi" --chat --system "Be brief." -n 4 --temp 0)
-if(NOT chat_err MATCHES "chat template phi")
-  fail("--chat did not name the Phi-3 template:\n${chat_err}")
+if(NOT chat_err MATCHES "chat template from the file \\(tokenizer.chat_template")
+  fail("--chat did not say it renders the file's template:\n${chat_err}")
+endif()
+run(chat_nosys -p "Hi" --chat -n 4 --temp 0)
+prompt_tokens(with_system "${chat_err}")
+prompt_tokens(without_system "${chat_nosys_err}")
+if(NOT with_system EQUAL without_system)
+  fail("Phi-3's template drops system messages, but --system changed the prompt from "
+       "${without_system} to ${with_system} tokens")
+endif()
+get_filename_component(run_dir ${GGUF} DIRECTORY)
+file(WRITE ${run_dir}/all_roles.jinja
+     "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor %}"
+     "<|assistant|>\n{% if enable_thinking is defined %}"
+     "{{ raise_exception('thinking was ' ~ enable_thinking) }}{% endif %}")
+run(own -p "Hi" --chat --system "Be brief." -n 4 --temp 0 --chat-template-file
+    ${run_dir}/all_roles.jinja)
+prompt_tokens(own_tokens "${own_err}")
+if(NOT own_tokens GREATER with_system OR NOT own_err MATCHES "chat template from .*all_roles")
+  fail("--chat-template-file with a system turn gave ${own_tokens} prompt tokens (the file's "
+       "template: ${with_system}):\n${own_err}")
+endif()
+execute_process(COMMAND ${RUN} -m ${GGUF} -p "Hi" --chat -n 4 --temp 0 -t 1
+                        --chat-template-file ${run_dir}/all_roles.jinja
+                        --chat-template-kwargs "{\"enable_thinking\": false}"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "thinking was False")
+  fail("--chat-template-kwargs did not reach the template (exit ${rc}):\n${err}")
 endif()
 
 # ---- refusals: before the model loads, nothing generated; each message names the flag and the
@@ -148,7 +184,8 @@ foreach(bad "--min-p;2" "--min-p;-0.1" "--repeat-penalty;0" "--repeat-last-n;-2"
         "-c;-1" "-c;2147483648" "--temp;abc" "--temp;-1" "--temp;inf" "--top-k;-1" "--top-k;3x"
         "--repeat-last-n;x" "--frequency-penalty;nan" "--presence-penalty;1e99" "--seed;-3"
         "--seed;0x10" "--logit-bias;15043" "--logit-bias;x+1" "--logit-bias;15043+inf"
-        "-l;15043+nan" "-l;15043*2" "--logit-bias;40000+1")
+        "-l;15043+nan" "-l;15043*2" "--logit-bias;40000+1"
+        "--chat-template-kwargs;[1]" "--chat-template-kwargs;{x}")
   execute_process(COMMAND ${RUN} -m ${GGUF} -p "x" ${bad}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   list(GET bad 0 flag)

@@ -1,29 +1,43 @@
-// chat_template: the prompt text of a conversation for the common chat formats, recognized
-// from a GGUF file's `tokenizer.chat_template` (a Jinja template) by the markers it writes. No
-// Jinja engine: a template that is none of these is `unsupported`, with what was found.
+// chat_template: the prompt text of a conversation, rendered from the model's own Jinja
+// template (tokenizer.chat_template, or a file) by npullm's interpreter (text/jinja.hpp) as
+// Hugging Face transformers' apply_chat_template renders it: messages (role, content or null,
+// tool_calls, tool role messages, any other fields), tools, add_generation_prompt, bos_token,
+// eos_token and extra variables (enable_thinking, ...).
 //
-//   format      recognized by                        one turn; generation prompt
-//   chatml      "<|im_start|>" (Qwen, ...)           <|im_start|>ROLE\nTEXT<|im_end|>\n;
-//   <|im_start|>assistant\n llama3      "<|start_header_id|>"
-//   <|start_header_id|>ROLE<|end_header_id|>\n\nTEXT<|eot_id|>;
-//                                                    <|start_header_id|>assistant<|end_header_id|>\n\n
-//   llama2      "[INST]" (+ "<<SYS>>")               [INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST]
-//   ANSWER </s><s>[INST] ... mistral_v1  "[INST]" with "' [INST] ' + system"  [INST] USER [/INST]
-//   ANSWER</s> [INST] ... mistral_v3  "[INST]" with "[AVAILABLE_TOOLS]"    [INST]USER[/INST]
-//   ANSWER</s>[INST]... mistral_v7  "[SYSTEM_PROMPT]"
-//   [SYSTEM_PROMPT]SYS[/SYSTEM_PROMPT][INST]USER[/INST] ANSWER</s> gemma       "<start_of_turn>"
-//   <start_of_turn>user\nTEXT<end_of_turn>\n (assistant is
-//                                                    "model"); <start_of_turn>model\n
-//   phi3        "<|assistant|>" and "<|end|>"        <|ROLE|>\nTEXT<|end|>\n; <|assistant|>\n
+//   auto t = chat_template::from_vocabulary(tok.vocab());     // parsed once
+//   std::string text = t.apply(messages, {.add_generation_prompt = true});
+//   tok.encode(text, {.add_special = false, .parse_special = true});
 //
-// Conventions: the text never starts with BOS (encoding with add_special adds it, as the
-// vocabulary asks); markers are control tokens, so encode the text with parse_special. A
-// system message in a format without one (llama2 without <<SYS>>, mistral v1 / v3, gemma)
-// is put before the first user message, separated by a blank line. Roles: system, user,
+// The text is what the template writes, BOS included where the template writes bos_token (as
+// transformers' text is); encode it with parse_special, and without adding BOS again where the
+// text starts with it. A template that fails (raise_exception, None + str, ...) is npullm's
+// error carrying its message; nothing is guessed.
+//
+// Fallback, for a file that has no template: hand-written formats by name (`named`, below),
+// which are npullm's idea of each family's format, not a model's template:
+//
+//   format      one turn; generation prompt
+//   chatml      <|im_start|>ROLE\nTEXT<|im_end|>\n; <|im_start|>assistant\n
+//   llama3      <|start_header_id|>ROLE<|end_header_id|>\n\nTEXT<|eot_id|>;
+//               <|start_header_id|>assistant<|end_header_id|>\n\n
+//   llama2      [INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST] ANSWER </s><s>[INST] ...
+//   mistral_v1  [INST] USER [/INST] ANSWER</s> [INST] ...
+//   mistral_v3  [INST]USER[/INST] ANSWER</s>[INST]...
+//   mistral_v7  [SYSTEM_PROMPT]SYS[/SYSTEM_PROMPT][INST]USER[/INST] ANSWER</s>
+//   gemma       <start_of_turn>user\nTEXT<end_of_turn>\n (assistant is "model");
+//               <start_of_turn>model\n
+//   phi3        <|ROLE|>\nTEXT<|end|>\n; <|assistant|>\n
+//
+// Conventions of the fallback formats: the text never starts with BOS (encoding with add_special
+// adds it, as the vocabulary asks); markers are control tokens, so encode the text with
+// parse_special. A system message in a format without one (llama2 without <<SYS>>, mistral v1 / v3,
+// gemma) is put before the first user message, separated by a blank line. Roles: system, user,
 // assistant (chatml and llama3 take any role name); anything else is invalid_argument.
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,6 +45,7 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
+#include "npullm/text/jinja.hpp"
 #include "npullm/text/vocabulary.hpp"
 
 namespace npullm::text {
@@ -48,48 +63,66 @@ enum class chat_format {
 };
 
 struct chat_message {
-  std::string role;  // "system", "user", "assistant"
-  std::string content;
+  std::string role;                    // "system", "user", "assistant", "tool", ...
+  std::optional<std::string> content;  // null: an assistant turn that only calls tools
+  jinja::json tool_calls = nullptr;    // [{"type": "function", "function": {"name": ...,
+                                       //   "arguments": ...}}, ...] or null (none)
+  jinja::json fields = nullptr;        // any other fields (an object): tool_call_id, name,
+                                       // reasoning_content, ...
+
+  // The message as the template sees it: {"role", "content", ["tool_calls",] fields...}.
+  [[nodiscard]] jinja::json to_json() const {
+    jinja::json m = jinja::json::object();
+    m["role"] = role;
+    m["content"] = content ? jinja::json(*content) : jinja::json(nullptr);
+    if (!tool_calls.is_null()) m["tool_calls"] = tool_calls;
+    if (fields.is_object()) {
+      for (auto it = fields.begin(); it != fields.end(); ++it) m[it.key()] = it.value();
+    }
+    return m;
+  }
+};
+
+struct chat_options {
+  bool add_generation_prompt = true;
+  jinja::json tools = nullptr;        // the tool list (an array), or null: no `tools` variable
+  jinja::json variables = nullptr;    // more variables (an object): {"enable_thinking": false}
+  jinja::render_options render = {};  // strftime_now's date, the limits
 };
 
 class chat_template {
  public:
+  // Fallback for a file without a template: a hand-written format (see the top of the file).
   explicit chat_template(chat_format f) : format_(f) {}
 
-  // The format a Jinja template writes; anything else is unsupported, quoting its start.
-  static chat_template detect(std::string_view jinja) {
-    const auto has = [&](std::string_view s) { return jinja.find(s) != std::string_view::npos; };
-    if (has("<|im_start|>")) return chat_template(chat_format::chatml);
-    if (has("[SYSTEM_PROMPT]")) return chat_template(chat_format::mistral_v7);
-    if (has("[INST]")) {
-      if (has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]")) {
-        return chat_template(has(" [INST]") ? chat_format::mistral_v1 : chat_format::mistral_v3);
-      }
-      return chat_template(has("<<SYS>>") ? chat_format::llama2_sys : chat_format::llama2);
-    }
-    if (has("<|assistant|>") && has("<|end|>")) return chat_template(chat_format::phi3);
-    if (has("<start_of_turn>")) return chat_template(chat_format::gemma);
-    if (has("<|start_header_id|>") && has("<|end_header_id|>"))
-      return chat_template(chat_format::llama3);
-    std::string start(jinja.substr(0, 120));
-    for (char& c : start) c = (c == '\n' || c == '\r') ? ' ' : c;
-    raise(error_code::unsupported,
-          "chat template not recognized (npullm knows ChatML / Qwen, Llama 3, Llama 2, Mistral, "
-          "Gemma and Phi-3 by their markers; there is no general Jinja engine): the template is ",
-          jinja.size(), " bytes and starts '", start, jinja.size() > start.size() ? "...'" : "'");
+  // A Jinja template and the texts of its bos_token / eos_token (parsed here, once).
+  static chat_template from_jinja(std::string_view source, std::string bos_token = {},
+                                  std::string eos_token = {}) {
+    chat_template t(chat_format::chatml);
+    t.program_ = jinja::template_program::parse(source);
+    t.jinja_ = true;
+    t.bos_ = std::move(bos_token);
+    t.eos_ = std::move(eos_token);
+    return t;
   }
 
-  // The vocabulary's template (tokenizer.chat_template), detected.
+  // The vocabulary's template (tokenizer.chat_template) with its BOS / EOS tokens' texts.
   static chat_template from_vocabulary(const vocabulary& v) {
     if (!v.chat_template) {
       raise(error_code::invalid_argument,
-            "the vocabulary has no chat template (key 'tokenizer.chat_template'); name a format "
-            "instead (chat_template::named)");
+            "the vocabulary has no chat template (key 'tokenizer.chat_template'): give a "
+            "template file, or name a fallback format (chat_template::named), which is not the "
+            "model's template");
     }
-    return detect(*v.chat_template);
+    const auto text = [&](std::int32_t id) {
+      return id >= 0 && static_cast<std::size_t>(id) < v.tokens.size() ? v.tokens[id].text
+                                                                       : std::string();
+    };
+    return from_jinja(*v.chat_template, text(v.bos), text(v.eos));
   }
 
-  // A format by name: chatml, llama3, llama2, mistral-v1, mistral-v3, mistral-v7, gemma, phi3.
+  // A fallback format by name: chatml, llama3, llama2, llama2-sys, mistral-v1, mistral-v3,
+  // mistral-v7, gemma, phi3.
   static chat_template named(std::string_view name) {
     for (const auto& [n, f] : names()) {
       if (n == name) return chat_template(f);
@@ -99,42 +132,104 @@ class chat_template {
           "gemma, phi3)");
   }
 
+  // True for a Jinja template, false for a fallback format.
+  [[nodiscard]] bool is_jinja() const noexcept { return jinja_; }
+  // The fallback format (meaningless for a Jinja template).
   [[nodiscard]] chat_format format() const noexcept { return format_; }
+  // "jinja", or the fallback format's name.
   [[nodiscard]] std::string_view name() const noexcept {
+    if (jinja_) return "jinja";
     for (const auto& [n, f] : names()) {
       if (f == format_) return n;
     }
     return {};
   }
+  [[nodiscard]] const std::string& bos_token() const noexcept { return bos_; }
+  [[nodiscard]] const std::string& eos_token() const noexcept { return eos_; }
 
-  // The prompt text of `messages`, ending with the assistant's turn opened when
-  // add_generation_prompt.
+  // The prompt text of a conversation, the assistant's turn opened when add_generation_prompt.
+  [[nodiscard]] std::string apply(std::span<const chat_message> messages,
+                                  const chat_options& options) const {
+    if (!jinja_) {
+      if (!options.tools.is_null() || !options.variables.is_null()) {
+        raise(error_code::unsupported, "the fallback chat format ", name(),
+              " takes no tools or variables (only a Jinja template does)");
+      }
+      return apply_format(messages, options.add_generation_prompt);
+    }
+    jinja::json list = jinja::json::array();
+    for (const auto& m : messages) list.push_back(m.to_json());
+    return render(list, options);
+  }
   [[nodiscard]] std::string apply(std::span<const chat_message> messages,
                                   bool add_generation_prompt = true) const {
+    return apply(messages, chat_options{.add_generation_prompt = add_generation_prompt});
+  }
+
+  // The same from messages as JSON (an array of objects, transformers' format).
+  [[nodiscard]] std::string apply_json(const jinja::json& messages,
+                                       const chat_options& options) const {
+    if (!messages.is_array()) {
+      raise(error_code::invalid_argument, "chat messages must be a JSON array, not ",
+            messages.type_name());
+    }
+    if (jinja_) return render(messages, options);
+    std::vector<chat_message> list;
+    for (const auto& m : messages) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+          (m.contains("content") && !m["content"].is_string() && !m["content"].is_null())) {
+        raise(error_code::invalid_argument, "the fallback chat format ", name(),
+              " takes messages with a string role and a string content, not ", m.dump());
+      }
+      list.push_back({m["role"].get<std::string>(),
+                      m.contains("content") && m["content"].is_string()
+                          ? std::optional<std::string>(m["content"].get<std::string>())
+                          : std::nullopt});
+    }
+    return apply(list, options);
+  }
+
+ private:
+  std::string render(const jinja::json& messages, const chat_options& options) const {
+    if (!options.variables.is_null() && !options.variables.is_object()) {
+      raise(error_code::invalid_argument, "chat template variables must be a JSON object, not ",
+            options.variables.type_name());
+    }
+    jinja::json v = options.variables.is_object() ? options.variables : jinja::json::object();
+    v["messages"] = messages;
+    v["add_generation_prompt"] = options.add_generation_prompt;
+    v["bos_token"] = bos_;
+    v["eos_token"] = eos_;
+    if (!options.tools.is_null()) v["tools"] = options.tools;
+    return program_.render(v, options.render);
+  }
+
+  [[nodiscard]] std::string apply_format(std::span<const chat_message> messages,
+                                         bool add_generation_prompt) const {
     for (const auto& m : messages) check_role(m.role);
     std::string out;
     switch (format_) {
       case chat_format::chatml:
         for (const auto& m : messages)
-          out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+          out += "<|im_start|>" + m.role + "\n" + text(m) + "<|im_end|>\n";
         if (add_generation_prompt) out += "<|im_start|>assistant\n";
         break;
       case chat_format::llama3:
         for (const auto& m : messages) {
-          out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) +
+          out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(text(m)) +
                  "<|eot_id|>";
         }
         if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
         break;
       case chat_format::phi3:
-        for (const auto& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+        for (const auto& m : messages) out += "<|" + m.role + "|>\n" + text(m) + "<|end|>\n";
         if (add_generation_prompt) out += "<|assistant|>\n";
         break;
       case chat_format::gemma: {
         const auto turns = fold_system(messages);
         for (const auto& m : turns) {
           out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : "user") + "\n" +
-                 trim(m.content) + "<end_of_turn>\n";
+                 trim(text(m)) + "<end_of_turn>\n";
         }
         if (add_generation_prompt) out += "<start_of_turn>model\n";
         break;
@@ -146,7 +241,7 @@ class chat_template {
         bool first_user = true;
         for (const auto& m : messages) {
           if (m.role == "system") {
-            system += m.content;
+            system += text(m);
           } else if (m.role == "user") {
             if (!first_user) out += "<s>";
             out += "[INST] ";
@@ -154,10 +249,10 @@ class chat_template {
               out += format_ == chat_format::llama2_sys ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n"
                                                         : system + "\n\n";
             }
-            out += trim(m.content) + " [/INST]";
+            out += trim(text(m)) + " [/INST]";
             first_user = false;
           } else {
-            out += " " + trim(m.content) + " </s>";
+            out += " " + trim(text(m)) + " </s>";
           }
         }
         break;  // the generation prompt is the open [/INST]
@@ -167,9 +262,9 @@ class chat_template {
         const bool v1 = format_ == chat_format::mistral_v1;
         for (const auto& m : fold_system(messages)) {
           if (m.role == "user") {
-            out += v1 ? " [INST] " + m.content + " [/INST]" : "[INST]" + m.content + "[/INST]";
+            out += v1 ? " [INST] " + text(m) + " [/INST]" : "[INST]" + text(m) + "[/INST]";
           } else {
-            out += " " + m.content + "</s>";
+            out += " " + text(m) + "</s>";
           }
         }
         break;
@@ -177,11 +272,11 @@ class chat_template {
       case chat_format::mistral_v7:
         for (const auto& m : messages) {
           if (m.role == "system") {
-            out += "[SYSTEM_PROMPT]" + m.content + "[/SYSTEM_PROMPT]";
+            out += "[SYSTEM_PROMPT]" + text(m) + "[/SYSTEM_PROMPT]";
           } else if (m.role == "user") {
-            out += "[INST]" + m.content + "[/INST]";
+            out += "[INST]" + text(m) + "[/INST]";
           } else {
-            out += " " + m.content + "</s>";
+            out += " " + text(m) + "</s>";
           }
         }
         break;
@@ -213,6 +308,8 @@ class chat_template {
     }
   }
 
+  static std::string text(const chat_message& m) { return m.content.value_or(std::string()); }
+
   static std::string trim(std::string_view s) {
     const auto ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
     while (!s.empty() && ws(s.front())) s.remove_prefix(1);
@@ -226,12 +323,12 @@ class chat_template {
     std::vector<chat_message> out;
     for (const auto& m : messages) {
       if (m.role == "system") {
-        system += (system.empty() ? "" : "\n\n") + m.content;
+        system += (system.empty() ? "" : "\n\n") + text(m);
         continue;
       }
       out.push_back(m);
       if (m.role == "user" && !system.empty()) {
-        out.back().content = system + "\n\n" + m.content;
+        out.back().content = system + "\n\n" + text(m);
         system.clear();
       }
     }
@@ -239,6 +336,9 @@ class chat_template {
   }
 
   chat_format format_;
+  bool jinja_ = false;
+  jinja::template_program program_;
+  std::string bos_, eos_;
 };
 
 }  // namespace npullm::text
