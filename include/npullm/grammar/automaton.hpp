@@ -1,0 +1,238 @@
+// automaton: a grammar (grammar.hpp) run over bytes as a lazily built deterministic automaton.
+//
+// The matcher is a pushdown over the flat grammar: a stack is a chain of frames
+// (position, parent frame), interned so that one frame id names a whole stack; a parse state is
+// the set of stacks whose top position is a character class, plus `accept` when the grammar
+// can end there. Moving past an element "settles" a stack: a reference pushes a frame and
+// enters every alternative of the rule (a reference last in its alternative pushes nothing: it
+// continues with its caller's parent, so x* stays flat); the end of an alternative pops to
+// the caller's next position; popping the root sets accept. Left recursion is refused by the
+// grammar builder, so settling ends; tail cycles are cut by visiting each (position, parent)
+// once per step.
+//
+// Bytes: a state also holds a partial UTF-8 character (the bytes of a code point seen so far).
+// A lead or continuation byte keeps only the stacks whose class holds some code point with
+// that prefix; the last byte moves them past the class. Invalid UTF-8 (stray continuation,
+// overlong, surrogate, past U+10FFFF) is dead.
+//
+// Each (state, byte) transition is computed once and cached, so a parse state is a 32-bit id and
+// a byte is one table lookup after warm-up: what the token masks walk (token_matcher.hpp).
+// States and frames are never freed: memory grows with the distinct states visited. Not
+// thread-safe: next() fills the caches (share one automaton per thread).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/error.hpp"
+#include "npullm/grammar/grammar.hpp"
+
+namespace npullm::grammar {
+
+class byte_automaton {
+ public:
+  using state_id = std::uint32_t;
+  static constexpr state_id dead = 0;  // no stack left: nothing more can match
+
+  explicit byte_automaton(grammar g) : g_(std::move(g)) {
+    if (g_.root >= g_.rule_alts.size())
+      raise(error_code::invalid_argument, "grammar: root rule ", g_.root, " of ",
+            g_.rule_alts.size());
+    intern({}, false, 0, 0, 0);  // dead
+    std::vector<std::uint32_t> out;
+    bool accept = false;
+    visited_.clear();
+    for (const std::uint32_t a : g_.rule_alts[g_.root]) settle(a, no_parent, out, accept);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    start_ = intern(out, accept, 0, 0, 0);
+  }
+
+  [[nodiscard]] state_id start() const noexcept { return start_; }
+
+  // The state after byte b (dead if b cannot come next).
+  state_id next(state_id s, unsigned char b) {
+    const std::size_t i = static_cast<std::size_t>(s) * 256 + b;
+    const std::uint32_t t = trans_[i];
+    if (t != unknown) return t;
+    const state_id r = compute(s, b);
+    trans_[i] = r;
+    return r;
+  }
+  // The state after the bytes (dead as soon as one cannot come next).
+  state_id next(state_id s, std::string_view bytes) {
+    for (const char c : bytes) {
+      if (s == dead) return dead;
+      s = next(s, static_cast<unsigned char>(c));
+    }
+    return s;
+  }
+
+  // Whether the text so far is a whole sentence of the grammar.
+  [[nodiscard]] bool can_end(state_id s) const noexcept {
+    return states_[s].accept && states_[s].need == 0;
+  }
+  // Whether bytes of the grammar may still follow (some stack is waiting on a class).
+  [[nodiscard]] bool can_continue(state_id s) const noexcept { return states_[s].count > 0; }
+  // Whether the whole of `text` is a sentence of the grammar.
+  [[nodiscard]] bool matches(std::string_view text) { return can_end(next(start_, text)); }
+
+  [[nodiscard]] std::size_t state_count() const noexcept { return states_.size(); }
+  [[nodiscard]] const grammar& rules() const noexcept { return g_; }
+
+ private:
+  static constexpr std::uint32_t unknown = 0xFFFFFFFFu;
+  static constexpr std::uint32_t no_parent = 0xFFFFFFFFu;
+
+  struct frame {
+    std::uint32_t pos;     // an element position
+    std::uint32_t parent;  // frame id of the caller, or no_parent
+  };
+  struct state_info {
+    std::uint32_t begin = 0, count = 0;  // its frames in state_frames_
+    bool accept = false;
+    std::uint8_t need = 0;  // continuation bytes still expected
+    std::uint8_t len = 0;   // length of the UTF-8 sequence in progress
+    char32_t value = 0;     // its bits so far
+  };
+
+  std::uint32_t frame_id(std::uint32_t pos, std::uint32_t parent) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
+    const auto [it, inserted] = frame_ids_.emplace(key, static_cast<std::uint32_t>(frames_.size()));
+    if (inserted) frames_.push_back({pos, parent});
+    return it->second;
+  }
+
+  // Moves a stack to position pos (with parent) and collects the frames waiting on a class.
+  void settle(std::uint32_t pos, std::uint32_t parent, std::vector<std::uint32_t>& out,
+              bool& accept) {
+    for (;;) {
+      const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
+      if (!visited_.insert(key).second) return;
+      const element el = g_.elements[pos];
+      if (el.kind == element::cls) {
+        out.push_back(frame_id(pos, parent));
+        return;
+      }
+      if (el.kind == element::end) {
+        if (parent == no_parent) {
+          accept = true;
+          return;
+        }
+        const frame f = frames_[parent];
+        pos = f.pos + 1;
+        parent = f.parent;
+        continue;
+      }
+      // A reference: last in its alternative, it returns straight to our caller.
+      const bool tail = g_.elements[pos + 1].kind == element::end;
+      const std::uint32_t callee_parent = tail ? parent : frame_id(pos, parent);
+      const auto& alts = g_.rule_alts[el.value];
+      for (const std::uint32_t a : alts) settle(a, callee_parent, out, accept);
+      return;
+    }
+  }
+
+  state_id intern(const std::vector<std::uint32_t>& frames, bool accept, std::uint8_t need,
+                  std::uint8_t len, char32_t value) {
+    std::string key(frames.size() * 4 + 8, '\0');
+    if (!frames.empty()) std::memcpy(key.data(), frames.data(), frames.size() * 4);
+    char* tail = key.data() + frames.size() * 4;
+    tail[0] = static_cast<char>(accept);
+    tail[1] = static_cast<char>(need);
+    tail[2] = static_cast<char>(len);
+    std::memcpy(tail + 4, &value, 4);
+    const auto [it, inserted] = state_ids_.emplace(std::move(key), 0);
+    if (!inserted) return it->second;
+    const auto id = static_cast<state_id>(states_.size());
+    it->second = id;
+    state_info st;
+    st.begin = static_cast<std::uint32_t>(state_frames_.size());
+    st.count = static_cast<std::uint32_t>(frames.size());
+    st.accept = accept;
+    st.need = need;
+    st.len = len;
+    st.value = value;
+    state_frames_.insert(state_frames_.end(), frames.begin(), frames.end());
+    states_.push_back(st);
+    trans_.resize(trans_.size() + 256, unknown);
+    return id;
+  }
+
+  // The stacks of s moved past code point cp.
+  state_id advance(const std::vector<std::uint32_t>& cur, char32_t cp) {
+    std::vector<std::uint32_t> out;
+    bool accept = false;
+    visited_.clear();
+    for (const std::uint32_t f : cur) {
+      const frame fr = frames_[f];
+      if (g_.classes[g_.elements[fr.pos].value].contains(cp))
+        settle(fr.pos + 1, fr.parent, out, accept);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    if (out.empty() && !accept) return dead;
+    return intern(out, accept, 0, 0, 0);
+  }
+
+  // The stacks of cur whose class holds a code point with the given UTF-8 prefix.
+  state_id partial(const std::vector<std::uint32_t>& cur, std::uint8_t need, std::uint8_t len,
+                   char32_t value) {
+    static constexpr char32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const unsigned shift = 6u * need;
+    char32_t lo = value << shift;
+    char32_t hi = lo | ((char32_t{1} << shift) - 1);
+    lo = std::max(lo, min_of_len[len]);
+    hi = std::min(hi, max_code_point);
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return dead;
+    std::vector<std::uint32_t> out;
+    for (const std::uint32_t f : cur) {
+      if (g_.classes[g_.elements[frames_[f].pos].value].intersects(lo, hi)) out.push_back(f);
+    }
+    if (out.empty()) return dead;
+    return intern(out, false, need, len, value);
+  }
+
+  state_id compute(state_id s, unsigned char b) {
+    const state_info st = states_[s];
+    const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
+                                         state_frames_.begin() + st.begin + st.count);
+    if (cur.empty()) return dead;
+    if (st.need == 0) {
+      if (b < 0x80) return advance(cur, b);
+      if (b >= 0xC2 && b <= 0xDF) return partial(cur, 1, 2, b & 0x1F);
+      if (b >= 0xE0 && b <= 0xEF) return partial(cur, 2, 3, b & 0x0F);
+      if (b >= 0xF0 && b <= 0xF4) return partial(cur, 3, 4, b & 0x07);
+      return dead;
+    }
+    if ((b & 0xC0) != 0x80) return dead;
+    const char32_t value = (st.value << 6) | (b & 0x3F);
+    const auto need = static_cast<std::uint8_t>(st.need - 1);
+    if (need > 0) return partial(cur, need, st.len, value);
+    static constexpr char32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (value < min_of_len[st.len] || value > max_code_point ||
+        (value >= 0xD800 && value <= 0xDFFF))
+      return dead;
+    return advance(cur, value);
+  }
+
+  grammar g_;
+  state_id start_ = dead;
+  std::vector<frame> frames_;
+  std::unordered_map<std::uint64_t, std::uint32_t> frame_ids_;
+  std::vector<state_info> states_;
+  std::vector<std::uint32_t> state_frames_;
+  std::unordered_map<std::string, state_id> state_ids_;
+  std::vector<std::uint32_t> trans_;  // (state, byte) -> state, `unknown` until computed
+  std::unordered_set<std::uint64_t> visited_;
+};
+
+}  // namespace npullm::grammar
