@@ -1,0 +1,147 @@
+// token_index: a vocabulary's tokens as a byte trie, built once per tokenizer, that token masks
+// (token_matcher.hpp) walk with a grammar's byte automaton, skipping a whole subtree at the
+// first byte the grammar cannot take.
+//
+// Which bytes a token stands for (text::tokenizer::piece): normal tokens their decoded text
+// (GPT-2's byte alphabet undone, SentencePiece's "▁" as a space), byte-fallback tokens their
+// byte (<0x0A> -> "\n"), user-defined tokens their text. Control, unknown, unused and empty
+// tokens are never allowed by a grammar; the end-of-generation ids (vocabulary::eog) are
+// allowed exactly when the grammar can end.
+//
+// Layout: nodes in depth-first preorder (children by byte), each with its byte, its depth, the
+// index just past its subtree (`end`: the skip), and the ids of the tokens whose bytes end
+// there (several ids may share bytes: a byte-fallback token and a normal one).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/error.hpp"
+#include "npullm/text/tokenizer.hpp"
+
+namespace npullm::grammar {
+
+class token_index {
+ public:
+  struct node {
+    std::uint32_t end = 0;                     // preorder index past this node's subtree
+    std::uint32_t tok_begin = 0, tok_end = 0;  // its tokens: ids()[tok_begin, tok_end)
+    std::uint16_t depth = 0;                   // bytes from the root (1 for a first byte)
+    std::uint8_t byte = 0;
+  };
+
+  // bytes[id]: the token's bytes, or nullopt for a token no grammar allows; eog: the ids
+  // allowed when the grammar can end.
+  token_index(std::vector<std::optional<std::string>> bytes, std::vector<std::int32_t> eog)
+      : size_(bytes.size()), eog_(std::move(eog)) {
+    for (const std::int32_t e : eog_) {
+      if (e < 0 || static_cast<std::size_t>(e) >= size_)
+        raise(error_code::out_of_range, "token_index: end-of-generation id ", e,
+              " outside the vocabulary of ", size_);
+    }
+    std::vector<std::int32_t> order;
+    for (std::size_t i = 0; i < size_; ++i) {
+      if (bytes[i] && !bytes[i]->empty()) order.push_back(static_cast<std::int32_t>(i));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return *bytes[static_cast<std::size_t>(a)] < *bytes[static_cast<std::size_t>(b)];
+    });
+    // Sorted strings give the trie in preorder: a string shares its longest common prefix
+    // with the previous one; the nodes past it close, new ones open.
+    std::vector<std::uint32_t> open;  // node index per depth - 1
+    std::string prev;
+    for (const std::int32_t id : order) {
+      const std::string& s = *bytes[static_cast<std::size_t>(id)];
+      if (s.size() > 0xFFFF)
+        raise(error_code::invalid_argument, "token_index: token ", id, " has ", s.size(),
+              " bytes (at most 65535)");
+      std::size_t lcp = 0;
+      while (lcp < s.size() && lcp < prev.size() && s[lcp] == prev[lcp]) ++lcp;
+      while (open.size() > lcp) {
+        nodes_[open.back()].end = static_cast<std::uint32_t>(nodes_.size());
+        open.pop_back();
+      }
+      for (std::size_t d = lcp; d < s.size(); ++d) {
+        node n;
+        n.byte = static_cast<std::uint8_t>(s[d]);
+        n.depth = static_cast<std::uint16_t>(d + 1);
+        n.tok_begin = n.tok_end = static_cast<std::uint32_t>(ids_.size());
+        open.push_back(static_cast<std::uint32_t>(nodes_.size()));
+        nodes_.push_back(n);
+      }
+      // Tokens arrive grouped by node (sorted), so a node's ids are contiguous.
+      node& last = nodes_[open.back()];
+      if (last.tok_end == last.tok_begin) last.tok_begin = static_cast<std::uint32_t>(ids_.size());
+      ids_.push_back(id);
+      last.tok_end = static_cast<std::uint32_t>(ids_.size());
+      max_depth_ = std::max(max_depth_, s.size());
+      prev = s;
+    }
+    while (!open.empty()) {
+      nodes_[open.back()].end = static_cast<std::uint32_t>(nodes_.size());
+      open.pop_back();
+    }
+    bytes_.resize(size_);
+    for (std::size_t i = 0; i < size_; ++i) {
+      if (bytes[i] && !bytes[i]->empty()) bytes_[i] = std::move(*bytes[i]);
+    }
+    allowed_.assign(size_, 0);
+    for (const std::int32_t id : order) allowed_[static_cast<std::size_t>(id)] = 1;
+  }
+
+  // The tokens of a tokenizer (see the top).
+  static token_index of(const text::tokenizer& tok) {
+    const auto& v = tok.vocab();
+    std::vector<std::optional<std::string>> bytes(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto t = v.tokens[i].type;
+      if (t == text::token_type::normal || t == text::token_type::byte ||
+          t == text::token_type::user_defined) {
+        bytes[i] = std::string(tok.piece(static_cast<std::int32_t>(i)));
+      }
+    }
+    return token_index(std::move(bytes), v.eog);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }  // the vocabulary's
+  [[nodiscard]] std::span<const node> nodes() const noexcept { return nodes_; }
+  [[nodiscard]] std::span<const std::int32_t> ids() const noexcept { return ids_; }
+  [[nodiscard]] std::span<const std::int32_t> eog() const noexcept { return eog_; }
+  [[nodiscard]] std::size_t max_depth() const noexcept { return max_depth_; }
+  // The token's bytes ("" for one no grammar allows).
+  [[nodiscard]] std::string_view bytes(std::int32_t id) const {
+    check(id);
+    return bytes_[static_cast<std::size_t>(id)];
+  }
+  [[nodiscard]] bool is_eog(std::int32_t id) const noexcept {
+    return std::find(eog_.begin(), eog_.end(), id) != eog_.end();
+  }
+  // Whether the token has bytes a grammar may allow (not control, unknown, unused, empty).
+  [[nodiscard]] bool has_bytes(std::int32_t id) const {
+    check(id);
+    return allowed_[static_cast<std::size_t>(id)] != 0;
+  }
+  void check(std::int32_t id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= size_)
+      raise(error_code::out_of_range, "token id ", id, " outside the vocabulary of ", size_);
+  }
+
+ private:
+  std::size_t size_ = 0;
+  std::vector<node> nodes_;
+  std::vector<std::int32_t> ids_;
+  std::vector<std::int32_t> eog_;
+  std::vector<std::string> bytes_;
+  std::vector<char> allowed_;
+  std::size_t max_depth_ = 0;
+};
+
+}  // namespace npullm::grammar

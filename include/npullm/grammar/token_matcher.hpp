@@ -1,0 +1,197 @@
+// token_matcher: a grammar over a vocabulary's tokens, per sequence: the allowed-token mask,
+// accepting a token, can_end, rollback of n tokens (speculative decoding), fork (beams, n > 1).
+//
+// token_grammar binds one grammar's byte automaton (automaton.hpp) to one token_index
+// (token_index.hpp) and caches masks by automaton state: a state reached again (inside a
+// string, between array items) gets its mask copied, not recomputed. A mask is a bitset over
+// the vocabulary, 64 tokens a word, bit (id % 64) of word (id / 64).
+//
+// A mask walks the token trie with the automaton: a node whose byte leads to the dead state
+// skips its subtree; every token whose bytes end on a live node is allowed, partial UTF-8 at
+// its end included (the grammar continues the character with the next token). The
+// end-of-generation tokens are allowed exactly when the grammar can end there (and no
+// character is half written); other control tokens never. After an end-of-generation token
+// the matcher is finished: nothing more is allowed.
+//
+// A token_matcher holds its history (the automaton state after each accepted token), so
+// rollback is popping and fork is a copy; matchers of one token_grammar share its caches and
+// must run on one thread at a time (one token_grammar per thread otherwise).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/error.hpp"
+#include "npullm/grammar/automaton.hpp"
+#include "npullm/grammar/grammar.hpp"
+#include "npullm/grammar/token_index.hpp"
+
+namespace npullm::grammar {
+
+// Words of a mask over n tokens.
+constexpr std::size_t mask_words(std::size_t n) noexcept {
+  return (n + 63) / 64;
+}
+inline bool mask_test(std::span<const std::uint64_t> mask, std::int32_t id) noexcept {
+  return (mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
+}
+
+class token_grammar {
+ public:
+  using state_id = byte_automaton::state_id;
+  // Reserved state of a matcher past an end-of-generation token.
+  static constexpr state_id finished = 0xFFFFFFFEu;
+
+  // max_cached_masks: masks kept per grammar (each mask_words(vocab) * 8 bytes); the cache is
+  // emptied when full.
+  token_grammar(grammar g, std::shared_ptr<const token_index> index,
+                std::size_t max_cached_masks = 4096)
+      : automaton_(std::move(g)), index_(std::move(index)), max_cached_(max_cached_masks) {
+    if (!index_) raise(error_code::invalid_argument, "token_grammar: no token_index");
+    words_ = mask_words(index_->size());
+    states_.resize(index_->max_depth() + 1);
+  }
+
+  [[nodiscard]] const token_index& index() const noexcept { return *index_; }
+  [[nodiscard]] byte_automaton& automaton() noexcept { return automaton_; }
+  [[nodiscard]] std::size_t words() const noexcept { return words_; }
+
+  // The mask of state s into out (words() words).
+  void fill_mask(state_id s, std::span<std::uint64_t> out) {
+    if (out.size() != words_)
+      raise(error_code::invalid_shape, "token mask of ", out.size(), " words for a vocabulary of ",
+            index_->size(), " tokens (", words_, " words)");
+    if (s == finished) {
+      std::fill(out.begin(), out.end(), 0);
+      return;
+    }
+    if (const auto it = cache_.find(s); it != cache_.end()) {
+      const std::uint64_t* src = masks_.data() + it->second * words_;
+      std::copy(src, src + words_, out.begin());
+      return;
+    }
+    compute(s, out);
+    if (cache_.size() >= max_cached_) {
+      cache_.clear();
+      masks_.clear();
+    }
+    if (max_cached_ > 0) {
+      cache_.emplace(s, cache_.size());
+      masks_.insert(masks_.end(), out.begin(), out.end());
+    }
+  }
+
+  // The state after token id from s (byte_automaton::dead when the grammar forbids it;
+  // `finished` for an end-of-generation token where the grammar can end).
+  state_id next(state_id s, std::int32_t id) {
+    index_->check(id);
+    if (s == finished) return byte_automaton::dead;
+    if (index_->is_eog(id)) return automaton_.can_end(s) ? finished : byte_automaton::dead;
+    if (!index_->has_bytes(id)) return byte_automaton::dead;
+    return automaton_.next(s, index_->bytes(id));
+  }
+
+  [[nodiscard]] bool can_end(state_id s) const noexcept {
+    return s == finished || automaton_.can_end(s);
+  }
+
+ private:
+  void compute(state_id s, std::span<std::uint64_t> out) {
+    std::fill(out.begin(), out.end(), 0);
+    const auto nodes = index_->nodes();
+    const auto ids = index_->ids();
+    states_[0] = s;
+    const std::size_t n = nodes.size();
+    for (std::size_t i = 0; i < n;) {
+      const token_index::node& nd = nodes[i];
+      const state_id t = automaton_.next(states_[nd.depth - 1u], nd.byte);
+      if (t == byte_automaton::dead) {
+        i = nd.end;
+        continue;
+      }
+      states_[nd.depth] = t;
+      for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+        const auto id = static_cast<std::uint32_t>(ids[k]);
+        out[id >> 6] |= std::uint64_t{1} << (id & 63);
+      }
+      ++i;
+    }
+    if (automaton_.can_end(s)) {
+      for (const std::int32_t e : index_->eog()) {
+        const auto id = static_cast<std::uint32_t>(e);
+        out[id >> 6] |= std::uint64_t{1} << (id & 63);
+      }
+    }
+  }
+
+  byte_automaton automaton_;
+  std::shared_ptr<const token_index> index_;
+  std::size_t words_ = 0;
+  std::size_t max_cached_ = 0;
+  std::vector<state_id> states_;  // the walk's state per trie depth
+  std::unordered_map<state_id, std::size_t> cache_;
+  std::vector<std::uint64_t> masks_;  // cached masks, words_ each
+};
+
+class token_matcher {
+ public:
+  using state_id = token_grammar::state_id;
+
+  explicit token_matcher(std::shared_ptr<token_grammar> g) : g_(std::move(g)) {
+    if (!g_) raise(error_code::invalid_argument, "token_matcher: no token_grammar");
+    history_.push_back(g_->automaton().start());
+  }
+
+  // The allowed tokens now, as a bitset of words() words.
+  void fill_mask(std::span<std::uint64_t> out) { g_->fill_mask(history_.back(), out); }
+  [[nodiscard]] std::vector<std::uint64_t> mask() {
+    std::vector<std::uint64_t> m(g_->words());
+    fill_mask(m);
+    return m;
+  }
+  [[nodiscard]] std::size_t words() const noexcept { return g_->words(); }
+
+  // Accepts the token if the grammar allows it (true) or leaves the matcher as it was (false).
+  bool try_accept(std::int32_t id) {
+    const state_id t = g_->next(history_.back(), id);
+    if (t == byte_automaton::dead) return false;
+    history_.push_back(t);
+    return true;
+  }
+  // Accepts the token; invalid_argument (the matcher unchanged) if the grammar forbids it.
+  void accept(std::int32_t id) {
+    if (!try_accept(id))
+      raise(error_code::invalid_argument, "token ", id, " is not allowed by the grammar after ",
+            accepted(), " tokens");
+  }
+
+  // Whether the tokens so far are a whole sentence (an end-of-generation token may come).
+  [[nodiscard]] bool can_end() const noexcept { return g_->can_end(history_.back()); }
+  // Whether an end-of-generation token was accepted.
+  [[nodiscard]] bool finished() const noexcept {
+    return history_.back() == token_grammar::finished;
+  }
+  [[nodiscard]] std::size_t accepted() const noexcept { return history_.size() - 1; }
+
+  // Forgets the last n accepted tokens; out_of_range (unchanged) past the start.
+  void rollback(std::size_t n) {
+    if (n > accepted())
+      raise(error_code::out_of_range, "rollback of ", n, " tokens past the ", accepted(),
+            " accepted");
+    history_.resize(history_.size() - n);
+  }
+  // An independent matcher at the same point (sharing the grammar's caches).
+  [[nodiscard]] token_matcher fork() const { return *this; }
+
+ private:
+  std::shared_ptr<token_grammar> g_;
+  std::vector<state_id> history_;  // state at the start, then after each accepted token
+};
+
+}  // namespace npullm::grammar
