@@ -178,6 +178,8 @@ class token_matcher {
     return history_.back() == token_grammar::finished;
   }
   [[nodiscard]] std::size_t accepted() const noexcept { return history_.size() - 1; }
+  // The automaton state now (token_grammar::finished after an end-of-generation token).
+  [[nodiscard]] state_id state() const noexcept { return history_.back(); }
 
   // Forgets the last n accepted tokens; out_of_range (unchanged) past the start.
   void rollback(std::size_t n) {
