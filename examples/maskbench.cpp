@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
         } else {
           std::printf("fail: %s: %zu validation, %zu invalidation errors of %zu tests\n",
                       r.name.c_str(), r.validation_errors, r.invalidation_errors, r.tests);
+          std::printf("  %s\n", r.first_failure.c_str());
         }
       }
     }

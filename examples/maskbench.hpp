@@ -38,6 +38,7 @@ struct file_result {
   double ttfm_us = 0;
   std::vector<double> tbm_us;  // one per mask
   double seconds = 0;          // compile and every test
+  std::string first_failure;   // the first wrong test: its text and where it stopped
   [[nodiscard]] bool passing() const {
     return compiled && validation_errors == 0 && invalidation_errors == 0;
   }
@@ -71,10 +72,10 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
   std::ifstream in(path, std::ios::binary);
   if (!in) raise(error_code::io, "cannot read ", path.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  nlohmann::json doc;
+  nlohmann::ordered_json doc;
   try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    doc = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::ordered_json::exception& e) {
     raise(error_code::corrupt_data, path.string(), ": not JSON: ", e.what());
   }
   if (!doc.contains("schema") || !doc.contains("tests"))
@@ -100,6 +101,7 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
     ids.push_back(eos);
     grammar::token_matcher m(g);
     bool accepted = true;
+    std::string prefix;
     for (const std::int32_t id : ids) {
       const auto t0 = clock::now();
       m.fill_mask(mask);
@@ -110,7 +112,11 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
         accepted = false;
         break;
       }
+      prefix += tok.piece(id);
     }
+    if (valid != accepted && r.first_failure.empty())
+      r.first_failure = (valid ? "valid text refused after '" : "invalid text accepted: '") +
+                        prefix + "' of '" + s + "'";
     if (valid && !accepted) ++r.validation_errors;
     if (!valid && accepted) ++r.invalidation_errors;
   }

@@ -64,7 +64,7 @@ struct json_schema_options {
 
 namespace detail {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // properties keep the order they are written in
 
 class schema_compiler {
  public:
@@ -1430,15 +1430,17 @@ class schema_compiler {
 }  // namespace detail
 
 // The grammar of the JSON texts a schema accepts (see the top); unsupported for keywords it
-// cannot honour, invalid_argument for a malformed schema.
-inline grammar json_schema_grammar(const nlohmann::json& schema, json_schema_options opt = {}) {
+// cannot honour, invalid_argument for a malformed schema. Properties come in the order of the
+// schema's text: pass an ordered_json (or the text); a nlohmann::json has sorted its keys.
+inline grammar json_schema_grammar(const nlohmann::ordered_json& schema,
+                                   json_schema_options opt = {}) {
   return detail::schema_compiler(schema, opt).compile();
 }
 inline grammar json_schema_grammar(std::string_view schema_text, json_schema_options opt = {}) {
-  nlohmann::json schema;
+  nlohmann::ordered_json schema;
   try {
-    schema = nlohmann::json::parse(schema_text);
-  } catch (const nlohmann::json::exception& e) {
+    schema = nlohmann::ordered_json::parse(schema_text);
+  } catch (const nlohmann::ordered_json::exception& e) {
     raise(error_code::invalid_argument, "JSON Schema is not valid JSON: ", e.what());
   }
   return json_schema_grammar(schema, opt);
