@@ -167,14 +167,15 @@ class byte_automaton {
     return id;
   }
 
-  // The stacks of s moved past code point cp.
-  state_id advance(const std::vector<std::uint32_t>& cur, char32_t cp) {
-    std::vector<std::uint32_t> out;
+  // The stacks of cur moved past code point cp (any_cp: every one of them takes it).
+  state_id advance(const std::vector<std::uint32_t>& cur, char32_t cp, bool any_cp = false) {
+    std::vector<std::uint32_t>& out = scratch_;
+    out.clear();
     bool accept = false;
     visited_.clear();
     for (const std::uint32_t f : cur) {
       const frame fr = frames_[f];
-      if (g_.classes[g_.elements[fr.pos].value].contains(cp))
+      if (any_cp || g_.classes[g_.elements[fr.pos].value].contains(cp))
         settle(fr.pos + 1, fr.parent, out, accept);
     }
     std::sort(out.begin(), out.end());
@@ -183,22 +184,33 @@ class byte_automaton {
     return intern(out, accept, 0, 0, 0);
   }
 
-  // The stacks of cur whose class holds a code point with the given UTF-8 prefix.
+  // The stacks of cur whose class holds a code point with the given UTF-8 prefix. When the
+  // prefix's code points are all valid and each stack's class holds all of them or none, the
+  // exact bits no longer matter: the state keeps `any_value` instead, so that the many lead
+  // bytes inside a JSON string share one state per length instead of one each.
   state_id partial(const std::vector<std::uint32_t>& cur, std::uint8_t need, std::uint8_t len,
                    char32_t value) {
     static constexpr char32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
-    const unsigned shift = 6u * need;
-    char32_t lo = value << shift;
-    char32_t hi = lo | ((char32_t{1} << shift) - 1);
-    lo = std::max(lo, min_of_len[len]);
-    hi = std::min(hi, max_code_point);
-    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return dead;
     std::vector<std::uint32_t> out;
+    if (value == any_value) {
+      return intern(cur, false, need, len, any_value);  // a sub-range of a range all held
+    }
+    const unsigned shift = 6u * need;
+    const char32_t raw_lo = value << shift;
+    const char32_t raw_hi = raw_lo | ((char32_t{1} << shift) - 1);
+    const char32_t lo = std::max(raw_lo, min_of_len[len]);
+    const char32_t hi = std::min(raw_hi, max_code_point);
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return dead;
+    const bool all_valid = lo == raw_lo && hi == raw_hi && (hi < 0xD800 || lo > 0xDFFF);
+    bool all_or_none = all_valid;
     for (const std::uint32_t f : cur) {
-      if (g_.classes[g_.elements[frames_[f].pos].value].intersects(lo, hi)) out.push_back(f);
+      const char_class& c = g_.classes[g_.elements[frames_[f].pos].value];
+      if (!c.intersects(lo, hi)) continue;
+      out.push_back(f);
+      if (all_or_none && !c.contains_all(lo, hi)) all_or_none = false;
     }
     if (out.empty()) return dead;
-    return intern(out, false, need, len, value);
+    return intern(out, false, need, len, all_or_none ? any_value : value);
   }
 
   state_id compute(state_id s, unsigned char b) {
@@ -214,8 +226,12 @@ class byte_automaton {
       return dead;
     }
     if ((b & 0xC0) != 0x80) return dead;
-    const char32_t value = (st.value << 6) | (b & 0x3F);
     const auto need = static_cast<std::uint8_t>(st.need - 1);
+    if (st.value == any_value) {
+      if (need > 0) return partial(cur, need, st.len, any_value);
+      return advance(cur, 0, true);
+    }
+    const char32_t value = (st.value << 6) | (b & 0x3F);
     if (need > 0) return partial(cur, need, st.len, value);
     static constexpr char32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
     if (value < min_of_len[st.len] || value > max_code_point ||
@@ -223,6 +239,8 @@ class byte_automaton {
       return dead;
     return advance(cur, value);
   }
+
+  static constexpr char32_t any_value = 0xFFFFFFFFu;  // see partial()
 
   grammar g_;
   state_id start_ = dead;
@@ -233,6 +251,7 @@ class byte_automaton {
   std::unordered_map<std::string, state_id> state_ids_;
   std::vector<std::uint32_t> trans_;  // (state, byte) -> state, `unknown` until computed
   std::unordered_set<std::uint64_t> visited_;
+  std::vector<std::uint32_t> scratch_;
 };
 
 }  // namespace npullm::grammar

@@ -83,6 +83,12 @@ class char_class {
                                [](char32_t v, const auto& r) { return v < r.first; });
     return it != ranges_.begin() && std::prev(it)->second >= lo;
   }
+  // Whether every code point of [lo, hi] is in the class.
+  [[nodiscard]] bool contains_all(char32_t lo, char32_t hi) const noexcept {
+    auto it = std::upper_bound(ranges_.begin(), ranges_.end(), lo,
+                               [](char32_t v, const auto& r) { return v < r.first; });
+    return it != ranges_.begin() && std::prev(it)->second >= hi;
+  }
   [[nodiscard]] bool empty() const noexcept { return ranges_.empty(); }
   [[nodiscard]] const auto& ranges() const noexcept { return ranges_; }
   bool operator==(const char_class& o) const noexcept { return ranges_ == o.ranges_; }
