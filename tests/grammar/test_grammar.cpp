@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "npullm/grammar/gbnf.hpp"
+#include "npullm/grammar/json_schema.hpp"
 #include "npullm/grammar/token_matcher.hpp"
 
 namespace {
@@ -247,6 +248,180 @@ TEST(token_matcher, rollback_and_fork) {
   EXPECT_FALSE(fresh.try_accept(7));
   EXPECT_FALSE(fresh.try_accept(16));
   EXPECT_THROW((void)fresh.try_accept(23), npullm::error);  // outside the vocabulary
+}
+
+// ---- JSON Schema ------------------------------------------------------------------------------
+
+// Whether the schema's grammar accepts the text.
+bool schema_accepts(std::string_view schema, std::string_view text, json_schema_options o = {}) {
+  byte_automaton a(json_schema_grammar(schema, o));
+  return a.matches(text);
+}
+
+struct schema_case {
+  const char* schema;
+  std::vector<const char*> good, bad;
+};
+
+TEST(json_schema, each_keyword_accepts_and_rejects) {
+  const std::vector<schema_case> cases = {
+      {R"({"type": "integer"})", {"0", "-12", "345"}, {"01", "1.0", "\"1\"", "-", "1e3"}},
+      {R"({"type": "number"})", {"0", "-1.5", "2e-05", "1E+20", "3"}, {"1.", ".5", "--1", "0x1"}},
+      {R"({"type": "string"})",
+       {R"("")", R"("a\"b\\c\u00e9\n")", "\"\xc3\xa9\""},
+       {R"("a)", "\"a\nb\"", R"("\x")", "1"}},
+      {R"({"type": "boolean"})", {"true", "false"}, {"null", "1", "True"}},
+      {R"({"type": "null"})", {"null"}, {"0", "\"null\""}},
+      {R"({"type": ["string", "null"]})", {"null", R"("x")"}, {"1"}},
+      {R"({"type": "integer", "minimum": -5, "maximum": 120})",
+       {"-5", "0", "9", "99", "100", "120", "-1"},
+       {"-6", "121", "200", "1000", "-10"}},
+      {R"({"type": "integer", "exclusiveMinimum": 0})", {"1", "10", "123456789"}, {"0", "-1"}},
+      {R"({"type": "integer", "minimum": 7, "exclusiveMaximum": 1000})",
+       {"7", "999", "70"},
+       {"6", "1000", "1001"}},
+      {R"({"type": "integer", "minimum": 10, "maximum": 12, "exclusiveMinimum": true})",
+       {"11", "12"},
+       {"10", "13"}},
+      {R"({"type": "string", "minLength": 2, "maxLength": 3})",
+       {R"("ab")", R"("a\nb")", "\"\xc3\xa9\xc3\xa9\""},
+       {R"("a")", R"("abcd")"}},
+      {R"({"type": "string", "pattern": "^[a-z]+-\\d{2,3}$"})",
+       {R"("ab-12")", R"("x-999")"},
+       {R"("ab-1")", R"("Ab-12")", R"("ab-1234")", R"(" ab-12")"}},
+      {R"({"type": "string", "pattern": "foo|^bar"})",
+       {R"("xxfooyy")", R"("barz")"},
+       {R"("xbar")", R"("fo")"}},
+      {R"({"type": "string", "pattern": "^(a|bc)*\"?$"})", {R"("abcbc")", R"("a\"")"}, {R"("b")"}},
+      {R"({"type": "string", "format": "date"})",
+       {R"("2024-02-29")", R"("1999-12-31")"},
+       {R"("2023-02-29")", R"("1999-13-01")", R"("1999-04-31")"}},
+      {R"({"type": "string", "format": "date-time"})",
+       {R"("2024-01-02T03:04:05Z")", R"("2024-01-02T03:04:05.123+05:30")"},
+       {R"("2024-01-02 03:04:05Z")", R"("2024-01-02T24:00:00Z")"}},
+      {R"({"type": "string", "format": "time"})", {R"("23:59:59Z")"}, {R"("23:59")"}},
+      {R"({"type": "string", "format": "uuid"})",
+       {R"("123e4567-e89b-12d3-a456-426614174000")"},
+       {R"("123e4567e89b12d3a456426614174000")"}},
+      {R"({"type": "string", "format": "email"})",
+       {R"("a.b@example.com")"},
+       {R"("ab.example.com")", R"("a@b")"}},
+      {R"({"type": "string", "format": "uri"})",
+       {R"("https://x.org/a?b=c#d")"},
+       {R"("no scheme")", R"("http://a b")"}},
+      {R"({"enum": ["red", 1, null, {"a": [true]}]})",
+       {R"("red")", "1", "null", R"({"a": [true]})", R"({"a":[true]})"},
+       {R"("blue")", "2", R"({"a": [false]})"}},
+      {R"({"type": "string", "enum": ["a", 1]})", {R"("a")"}, {"1"}},
+      {R"({"const": "x"})", {R"("x")"}, {R"("y")"}},
+      {R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})",
+       {"[1]", "[1, 2, 3]", "[ 1 ,2 ]"},
+       {"[]", "[1, 2, 3, 4]", "[1, \"a\"]", "[1,]"}},
+      {R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})",
+       {"[]", R"(["a"])", R"(["a", 1])"},
+       {R"(["a", 1, 2])", "[1]"}},
+      {R"({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "boolean"}, "minItems": 2})",
+       {R"(["a", true])", R"(["a", true, false])"},
+       {R"(["a"])", R"(["a", 1])"}},
+      {R"({"type": "array"})", {"[]", R"([1, "a", {"b": null}])"}, {"[", "{}"}},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"], "additionalProperties": false})",
+       {R"({"b": "x"})", R"({"a": 1, "b": "x"})", R"({ "a" : 1 , "b" : "x" })"},
+       {"{}", R"({"a": 1})", R"({"b": "x", "c": 1})", R"({"b": 1})",
+        R"({"a": 1, "a": 2, "b": "x"})"}},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}}})",
+       {"{}", R"({"a": 1})", R"({"a": 1, "z": [1]})", R"({"zz": "any"})"},
+       {R"({"a": "x"})", R"({"z": 1, "a": "x"})", "[]"}},
+      {R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+       {R"({"x": 1, "y": 2})", "{}"},
+       {R"({"x": "1"})"}},
+      {R"({"type": "object", "required": ["id"], "additionalProperties": {"type": "string"}})",
+       {R"({"id": "a", "n": "b"})"},
+       {R"({"id": 1})", "{}"}},
+      {R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})",
+       {"1", R"("a")"},
+       {R"("ab")", "null"}},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "string"}]})", {"1", R"("a")"}, {"null"}},
+      {R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+       {R"({"a": 1, "b": "x"})"},
+       {R"({"a": 1})", R"({"b": "x"})", R"({"a": "1", "b": "x"})"}},
+      {R"({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 5}]})",
+       {"0", "5"},
+       {"-1", "6"}},
+      {R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"})",
+       {R"({"v": 1, "next": {"v": 2, "next": null}})"},
+       {R"({"v": 1, "next": {"v": 2}})", R"({"v": 1, "next": {"v": "2", "next": null}})"}},
+      {R"({"definitions": {"pos": {"type": "integer", "minimum": 1}}, "type": "array", "items": {"$ref": "#/definitions/pos"}})",
+       {"[1, 2]"},
+       {"[0]"}},
+      {R"({"type": "object", "properties": {"a": {"$ref": "#/properties/b"}, "b": {"type": "boolean"}}})",
+       {R"({"a": true})"},
+       {R"({"a": 1})"}},
+      {"true", {"1", R"({"a": [null]})"}, {"", "{"}},
+      {R"({"type": "object", "properties": {"x": false}})", {"{}", R"({"y": 1})"}, {R"({"x": 1})"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.schema);
+    byte_automaton a(json_schema_grammar(c.schema));
+    for (const char* t : c.good) EXPECT_TRUE(a.matches(t)) << "should accept " << t;
+    for (const char* t : c.bad) EXPECT_FALSE(a.matches(t)) << "should refuse " << t;
+  }
+}
+
+TEST(json_schema, whitespace_and_compact_mode) {
+  const char* s = R"({"type": "object", "properties": {"a": {"type": "array"}}})";
+  EXPECT_TRUE(schema_accepts(s, " {\n\t\"a\" :\r[ 1 , 2 ]\n} "));
+  EXPECT_TRUE(schema_accepts(s, R"({"a":[1,2]})", {.compact = true}));
+  EXPECT_FALSE(schema_accepts(s, R"({"a": [1, 2]})", {.compact = true}));
+}
+
+TEST(json_schema, property_order_is_the_schemas) {
+  const char* s =
+      R"({"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "integer"}}, "additionalProperties": false})";
+  EXPECT_TRUE(schema_accepts(s, R"({"z": 1, "a": 2})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"a": 2, "z": 1})"));  // narrowing, never widening
+}
+
+TEST(json_schema, unsupported_keywords_are_refused_by_name) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"not": {"type": "string"}})", "'not'"},
+      {R"({"type": "object", "patternProperties": {"^a": {}}})", "'patternProperties'"},
+      {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", "'if'"},
+      {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
+      {R"({"type": "array", "contains": {"type": "integer"}})", "'contains'"},
+      {R"({"type": "number", "minimum": 0.5})", "'minimum'"},
+      {R"({"type": "integer", "multipleOf": 3})", "'multipleOf'"},
+      {R"({"type": "string", "format": "hostname"})", "'format'"},
+      {R"({"type": "string", "pattern": "(?=a)b"})", "'pattern'"},
+      {R"({"type": "string", "pattern": "\\bword"})", "'pattern'"},
+      {R"({"type": "string", "pattern": "a", "maxLength": 3})", "'pattern'"},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "'oneOf'"},
+      {R"({"$ref": "http://example.com/schema"})", "'$ref'"},
+      {R"({"type": "object", "minProperties": 2})", "'minProperties'"},
+      {R"({"type": "object", "properties": {"a": {"type": "string", "propertyNames": {}}}, "dependentRequired": {"a": ["b"]}})",
+       "'dependentRequired'"},
+  };
+  for (const auto& [schema, keyword] : cases) {
+    try {
+      (void)json_schema_grammar(schema);
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const npullm::error& e) {
+      EXPECT_EQ(e.code(), npullm::error_code::unsupported) << schema;
+      EXPECT_NE(std::string(e.message()).find(keyword), std::string::npos) << e.message();
+    }
+  }
+  // Malformed schemas are invalid_argument, naming the place.
+  try {
+    (void)json_schema_grammar(R"({"properties": {"a": {"type": "strng"}}})");
+    ADD_FAILURE();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), npullm::error_code::invalid_argument);
+    EXPECT_NE(std::string(e.message()).find("#/properties/a"), std::string::npos) << e.message();
+  }
+  EXPECT_THROW((void)json_schema_grammar("{"), npullm::error);
+  // A schema no value satisfies is refused rather than compiled to an empty grammar.
+  EXPECT_THROW((void)json_schema_grammar(R"({"type": "integer", "minimum": 3, "maximum": 2})"),
+               npullm::error);
+  EXPECT_THROW((void)json_schema_grammar(R"({"$ref": "#/nowhere"})"), npullm::error);
 }
 
 }  // namespace

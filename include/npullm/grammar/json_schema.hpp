@@ -377,19 +377,28 @@ class schema_compiler {
       for (const char* k : {"$schema", "$id", "id", "definitions", "$defs", "title", "description",
                             "$comment", "default", "examples"})
         rest.erase(k);
+      // Alternatives stay as written ($ref compiles to a shared rule, recursion included)
+      // unless siblings merge into them; oneOf's check looks through one $ref level.
       std::vector<json> parts;
       for (std::size_t i = 0; i < alts.size(); ++i) {
-        json a = inline_refs(alts[i], path + "/" + key + "/" + std::to_string(i));
-        if (!rest.empty()) {
-          if (a.is_boolean()) {
-            if (!a.get<bool>()) continue;
-            a = json::object();
-          }
-          a = merge(rest, a, path + "/" + key + "/" + std::to_string(i));
+        const std::string at = path + "/" + key + "/" + std::to_string(i);
+        if (rest.empty()) {
+          parts.push_back(alts[i]);
+          continue;
         }
-        parts.push_back(std::move(a));
+        json a = inline_refs(alts[i], at);
+        if (a.is_boolean()) {
+          if (!a.get<bool>()) continue;
+          a = json::object();
+        }
+        parts.push_back(merge(rest, a, at));
       }
-      if (one) check_disjoint(parts, path);
+      if (one) {
+        std::vector<json> seen;
+        for (std::size_t i = 0; i < parts.size(); ++i)
+          seen.push_back(inline_refs(parts[i], path + "/" + key + "/" + std::to_string(i)));
+        check_disjoint(seen, path);
+      }
       std::vector<expr> out;
       for (std::size_t i = 0; i < parts.size(); ++i) {
         expr e = value(parts[i], path + "/" + key + "/" + std::to_string(i));
@@ -738,8 +747,9 @@ class schema_compiler {
     const std::size_t la = sa.size();
     const std::size_t lb = b ? std::to_string(*b).size() : la;
     for (std::size_t len = la; len <= lb; ++len) {
-      std::string lo = len == la ? sa : "1" + std::string(len - 1, '0');
-      if (len == 1 && la != 1) lo = "0";
+      std::string lo(len, '0');  // the smallest of len digits, or a
+      lo[0] = '1';
+      if (len == la) lo = sa;
       std::string hi = (b && len == lb) ? std::to_string(*b) : std::string(len, '9');
       out.push_back(same_length(lo, hi));
     }
@@ -1444,6 +1454,13 @@ inline grammar json_schema_grammar(std::string_view schema_text, json_schema_opt
     raise(error_code::invalid_argument, "JSON Schema is not valid JSON: ", e.what());
   }
   return json_schema_grammar(schema, opt);
+}
+// Text arguments are the schema's text, not a JSON string value.
+inline grammar json_schema_grammar(const char* schema_text, json_schema_options opt = {}) {
+  return json_schema_grammar(std::string_view(schema_text), opt);
+}
+inline grammar json_schema_grammar(const std::string& schema_text, json_schema_options opt = {}) {
+  return json_schema_grammar(std::string_view(schema_text), opt);
 }
 
 }  // namespace npullm::grammar
