@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "npullm/batch/grammar_processor.hpp"
+#include "npullm/batch/sampler.hpp"
 #include "npullm/grammar/gbnf.hpp"
 #include "npullm/grammar/json_schema.hpp"
 #include "npullm/grammar/token_matcher.hpp"
@@ -369,7 +371,9 @@ TEST(json_schema, each_keyword_accepts_and_rejects) {
 
 TEST(json_schema, whitespace_and_compact_mode) {
   const char* s = R"({"type": "object", "properties": {"a": {"type": "array"}}})";
-  EXPECT_TRUE(schema_accepts(s, " {\n\t\"a\" :\r[ 1 , 2 ]\n} "));
+  EXPECT_TRUE(schema_accepts(s, "{\n\t\"a\" :\r[ 1 , 2 ]\n}"));
+  EXPECT_FALSE(schema_accepts(s, " {}"));  // nothing before the value, nor after it
+  EXPECT_FALSE(schema_accepts(s, "{} "));
   EXPECT_TRUE(schema_accepts(s, R"({"a":[1,2]})", {.compact = true}));
   EXPECT_FALSE(schema_accepts(s, R"({"a": [1, 2]})", {.compact = true}));
 }
@@ -422,6 +426,45 @@ TEST(json_schema, unsupported_keywords_are_refused_by_name) {
   EXPECT_THROW((void)json_schema_grammar(R"({"type": "integer", "minimum": 3, "maximum": 2})"),
                npullm::error);
   EXPECT_THROW((void)json_schema_grammar(R"({"$ref": "#/nowhere"})"), npullm::error);
+}
+
+// The sampler with the grammar as its processor: greedy and sampled choices stay inside the
+// grammar whatever the logits say; the processor follows the context (rollback included).
+TEST(grammar_processor, sampler_chooses_only_allowed_tokens) {
+  toy_vocab v;
+  auto g = std::make_shared<token_grammar>(parse_gbnf("root ::= \"ab\" \"a\"* \"}\""), v.index());
+  const std::vector<std::int32_t> prompt = {14, 14};  // anything: not checked
+  npullm::batch::grammar_processor p(g, prompt.size());
+  std::vector<float> row(30, 0.0f);  // a row wider than the vocabulary (padded embedding)
+  row[3] = 9.0f;                     // "b": forbidden first
+  row[25] = 10.0f;                   // past the vocabulary
+  row[4] = 1.0f;                     // "ab"
+  npullm::batch::sampler greedy({.temperature = 0.0f, .processor = p}, 1);
+  std::vector<std::int32_t> context = prompt;
+  EXPECT_EQ(greedy.sample(row, context), 4);
+  context.push_back(4);
+  row[7] = 2.0f;  // "}" beats "a" (1.0 at id 2... set below)
+  row[2] = 1.5f;
+  EXPECT_EQ(greedy.sample(row, context), 7);
+  context.push_back(7);
+  EXPECT_EQ(greedy.sample(row, context), 0);  // only EOS is left
+  EXPECT_TRUE(p.matcher().can_end());
+  // Back to an earlier context: the processor rolls back.
+  context.resize(prompt.size() + 1);
+  row[7] = -1.0f;
+  EXPECT_EQ(greedy.sample(row, context), 2);
+  // Sampled, many draws: never a forbidden token.
+  npullm::batch::sampler hot({.temperature = 2.0f, .processor = p}, 7);
+  std::vector<float> flat(22, 0.0f);
+  for (int k = 0; k < 200; ++k) {
+    const std::int32_t t = hot.sample(flat, context);
+    EXPECT_TRUE(t == 2 || t == 7 || t == 21) << t;  // "a", "}", "aaa"
+  }
+  // A context the grammar does not allow leaves only EOS (a draft's row to discard).
+  std::vector<std::int32_t> bad = prompt;
+  bad.push_back(3);
+  EXPECT_EQ(greedy.sample(row, bad), 0);
+  EXPECT_THROW(greedy.sample(row, std::vector<std::int32_t>{14}), npullm::error);
 }
 
 }  // namespace

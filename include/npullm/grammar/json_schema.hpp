@@ -36,7 +36,8 @@
 // true, multipleOf other than integer 1, number bounds, other formats, remote $ref, unicode
 // property classes and look-around / back-references in patterns.
 //
-// Whitespace: JSON's [ \t\n\r]* between tokens, or none with options.compact.
+// Whitespace: JSON's [ \t\n\r]* between tokens (none before or after the value, so that a
+// generation ends with it), or none at all with options.compact.
 #pragma once
 
 #include <algorithm>
@@ -74,7 +75,8 @@ class schema_compiler {
     const std::uint32_t r = b_.rule("root");
     const expr body = value(root_, "#");
     if (is_never(body)) fail_unsat("#", "the schema accepts no value");
-    b_.define(r, expr::sequence({ws(), body, ws()}));
+    // No whitespace around the value: after it only the end of the text may come.
+    b_.define(r, body);
     return std::move(b_).build(r);
   }
 

@@ -156,6 +156,8 @@ class token_matcher {
     return m;
   }
   [[nodiscard]] std::size_t words() const noexcept { return g_->words(); }
+  // The grammar and vocabulary it runs on (shared with its forks).
+  [[nodiscard]] token_grammar& compiled() const noexcept { return *g_; }
 
   // Accepts the token if the grammar allows it (true) or leaves the matcher as it was (false).
   bool try_accept(std::int32_t id) {
