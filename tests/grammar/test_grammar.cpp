@@ -374,8 +374,13 @@ TEST(json_schema, whitespace_and_compact_mode) {
   EXPECT_TRUE(schema_accepts(s, "{\n\t\"a\" :\r[ 1 , 2 ]\n}"));
   EXPECT_FALSE(schema_accepts(s, " {}"));  // nothing before the value, nor after it
   EXPECT_FALSE(schema_accepts(s, "{} "));
-  EXPECT_TRUE(schema_accepts(s, R"({"a":[1,2]})", {.compact = true}));
-  EXPECT_FALSE(schema_accepts(s, R"({"a": [1, 2]})", {.compact = true}));
+  EXPECT_TRUE(schema_accepts(s, R"({"a":[1,2]})", {.whitespace = json_whitespace::compact}));
+  EXPECT_FALSE(schema_accepts(s, R"({"a": [1, 2]})", {.whitespace = json_whitespace::compact}));
+  const json_schema_options dumps{.whitespace = json_whitespace::separators};
+  EXPECT_TRUE(schema_accepts(s, R"({"a": [1, 2]})", dumps));
+  EXPECT_TRUE(schema_accepts(s, R"({"a": []})", dumps));
+  EXPECT_FALSE(schema_accepts(s, R"({"a":[1,2]})", dumps));
+  EXPECT_FALSE(schema_accepts(s, R"({ "a": [1, 2]})", dumps));
 }
 
 TEST(json_schema, property_order_is_the_schemas) {

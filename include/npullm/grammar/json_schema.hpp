@@ -36,8 +36,8 @@
 // true, multipleOf other than integer 1, number bounds, other formats, remote $ref, unicode
 // property classes and look-around / back-references in patterns.
 //
-// Whitespace: JSON's [ \t\n\r]* between tokens (none before or after the value, so that a
-// generation ends with it), or none at all with options.compact.
+// Whitespace (options.whitespace): JSON's [ \t\n\r]* between tokens (none before or after the
+// value, so that a generation ends with it), json.dumps' ", " and ": " only, or none.
 #pragma once
 
 #include <algorithm>
@@ -59,8 +59,16 @@
 
 namespace npullm::grammar {
 
+// Whitespace between a JSON text's tokens.
+enum class json_whitespace {
+  flexible,    // any JSON whitespace ([ \t\n\r]*) between tokens
+  separators,  // exactly ", " and ": " (Python's json.dumps), none elsewhere: for generation,
+               // where a model could otherwise emit whitespace without end
+  compact,     // none: "," and ":"
+};
+
 struct json_schema_options {
-  bool compact = false;  // no whitespace between tokens
+  json_whitespace whitespace = json_whitespace::flexible;
 };
 
 namespace detail {
@@ -117,10 +125,19 @@ class schema_compiler {
   }
 
   expr ws() {
-    if (opt_.compact) return expr::sequence();
+    if (opt_.whitespace != json_whitespace::flexible) return expr::sequence();
     return shared("ws", [] {
       return star(chars({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}));
     });
+  }
+
+  expr item_sep() {
+    if (opt_.whitespace == json_whitespace::separators) return lit(", ");
+    return expr::sequence({ws(), lit(","), ws()});
+  }
+  expr key_sep() {
+    if (opt_.whitespace == json_whitespace::separators) return lit(": ");
+    return expr::sequence({ws(), lit(":"), ws()});
   }
 
   // One character of a JSON string, any (escapes included).
@@ -169,16 +186,14 @@ class schema_compiler {
     const std::uint32_t r = b_.rule("value");
     shared_.emplace("value", r);
     const expr v = expr::call(r);
-    const expr member = expr::sequence({any_string(), ws(), lit(":"), ws(), v});
-    const expr object =
-        expr::sequence({lit("{"), ws(),
-                        expr::optional(expr::sequence(
-                            {member, star(expr::sequence({ws(), lit(","), ws(), member}))})),
-                        ws(), lit("}")});
+    const expr member = expr::sequence({any_string(), key_sep(), v});
+    const expr object = expr::sequence(
+        {lit("{"), ws(),
+         expr::optional(expr::sequence({member, star(expr::sequence({item_sep(), member}))})), ws(),
+         lit("}")});
     const expr array = expr::sequence(
-        {lit("["), ws(),
-         expr::optional(expr::sequence({v, star(expr::sequence({ws(), lit(","), ws(), v}))})), ws(),
-         lit("]")});
+        {lit("["), ws(), expr::optional(expr::sequence({v, star(expr::sequence({item_sep(), v}))})),
+         ws(), lit("]")});
     b_.define(r, expr::choice({object, array, any_string(), number_text(), lit("true"),
                                lit("false"), lit("null")}));
     return v;
@@ -190,9 +205,9 @@ class schema_compiler {
       std::vector<expr> parts{lit("{"), ws()};
       bool first = true;
       for (const auto& [k, x] : v.items()) {
-        if (!first) parts.insert(parts.end(), {ws(), lit(","), ws()});
+        if (!first) parts.insert(parts.end(), {item_sep()});
         first = false;
-        parts.insert(parts.end(), {lit(json(k).dump()), ws(), lit(":"), ws(), json_literal(x)});
+        parts.insert(parts.end(), {lit(json(k).dump()), key_sep(), json_literal(x)});
       }
       parts.insert(parts.end(), {ws(), lit("}")});
       return expr::sequence(std::move(parts));
@@ -200,7 +215,7 @@ class schema_compiler {
     if (v.is_array()) {
       std::vector<expr> parts{lit("["), ws()};
       for (std::size_t i = 0; i < v.size(); ++i) {
-        if (i > 0) parts.insert(parts.end(), {ws(), lit(","), ws()});
+        if (i > 0) parts.insert(parts.end(), {item_sep()});
         parts.push_back(json_literal(v[i]));
       }
       parts.insert(parts.end(), {ws(), lit("]")});
@@ -1263,7 +1278,7 @@ class schema_compiler {
     const auto element = [&](std::uint32_t k) -> expr {
       return k < prefix.size() ? prefix[k] : *rest;
     };
-    const expr sep = expr::sequence({ws(), lit(","), ws()});
+    const expr sep = item_sep();
     // tail(k): the items after k items written, k >= 1.
     const std::uint32_t fixed =
         std::max<std::uint32_t>(static_cast<std::uint32_t>(prefix.size()), min);
@@ -1351,12 +1366,12 @@ class schema_compiler {
         refuse(path, "maxProperties", "fewer than the properties that may appear");
       }
     }
-    const expr sep = expr::sequence({ws(), lit(","), ws()});
+    const expr sep = item_sep();
     const auto member = [&](const std::string& name, const expr& v) {
-      return expr::sequence({lit(json(name).dump()), ws(), lit(":"), ws(), v});
+      return expr::sequence({lit(json(name).dump()), key_sep(), v});
     };
     std::optional<expr> extra_member;
-    if (extra) extra_member = expr::sequence({other_key(names), ws(), lit(":"), ws(), *extra});
+    if (extra) extra_member = expr::sequence({other_key(names), key_sep(), *extra});
     // after(i): properties from i on, at least one written before; start(i): none yet.
     expr after = extra_member ? star(expr::sequence({sep, *extra_member})) : expr::sequence();
     expr start =
