@@ -19,6 +19,9 @@
 #include "npullm/grammar/json_schema.hpp"
 #include "npullm/grammar/token_matcher.hpp"
 
+#define NPULLM_GRAMMAR_FUZZ_NO_ENTRY
+#include "grammar/fuzz_grammar.cpp"
+
 namespace {
 
 using namespace npullm::grammar;
@@ -470,6 +473,22 @@ TEST(grammar_processor, sampler_chooses_only_allowed_tokens) {
   bad.push_back(3);
   EXPECT_EQ(greedy.sample(row, bad), 0);
   EXPECT_THROW(greedy.sample(row, std::vector<std::int32_t>{14}), npullm::error);
+}
+
+// The fuzz corpus (tests/grammar/corpus_grammar) through fuzz_grammar.cpp's checks.
+TEST(grammar_fuzz, corpus_replays) {
+  std::size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(NPULLM_GRAMMAR_CORPUS_DIR)) {
+    const std::string bytes = read_file(entry.path());
+    EXPECT_NO_THROW(npullm_fuzz_grammar::run_one(bytes)) << entry.path();
+    ++n;
+  }
+  EXPECT_GE(n, 20u);
+}
+
+// The checks can fail.
+TEST(grammar_fuzz, checks_catch_a_violation) {
+  EXPECT_THROW(npullm_fuzz_grammar::require(false, "x"), npullm_fuzz_grammar::violation);
 }
 
 }  // namespace

@@ -17,7 +17,9 @@
 //
 // Each (state, byte) transition is computed once and cached, so a parse state is a 32-bit id and
 // a byte is one table lookup after warm-up: what the token masks walk (token_matcher.hpp).
-// States and frames are never freed: memory grows with the distinct states visited. Not
+// States and frames are never freed: memory grows with the distinct states visited. A step
+// that would visit more than 200,000 (position, stack) pairs (a grammar so ambiguous that its
+// stacks multiply) throws capacity_exhausted, leaving the state as it was. Not
 // thread-safe: next() fills the caches (share one automaton per thread).
 #pragma once
 
@@ -90,6 +92,7 @@ class byte_automaton {
 
  private:
   static constexpr std::uint32_t unknown = 0xFFFFFFFFu;
+  static constexpr std::size_t max_visited = 200000;  // per step, see settle()
   static constexpr std::uint32_t no_parent = 0xFFFFFFFFu;
 
   struct frame {
@@ -111,33 +114,43 @@ class byte_automaton {
     return it->second;
   }
 
-  // Moves a stack to position pos (with parent) and collects the frames waiting on a class.
+  // Moves a stack to position pos (with parent) and collects the frames waiting on a class;
+  // a worklist, not recursion: nested nullable repetitions go deep.
   void settle(std::uint32_t pos, std::uint32_t parent, std::vector<std::uint32_t>& out,
               bool& accept) {
-    for (;;) {
-      const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
-      if (!visited_.insert(key).second) return;
-      const element el = g_.elements[pos];
-      if (el.kind == element::cls) {
-        out.push_back(frame_id(pos, parent));
-        return;
-      }
-      if (el.kind == element::end) {
-        if (parent == no_parent) {
-          accept = true;
-          return;
+    work_.clear();
+    work_.emplace_back(pos, parent);
+    while (!work_.empty()) {
+      auto [p, par] = work_.back();
+      work_.pop_back();
+      for (;;) {
+        const std::uint64_t key = (static_cast<std::uint64_t>(p) << 32) | par;
+        if (!visited_.insert(key).second) break;
+        if (visited_.size() > max_visited)
+          raise(error_code::capacity_exhausted, "grammar: more than ", max_visited,
+                " parse positions after one character (a very ambiguous grammar, such as nested "
+                "repetitions of optional parts)");
+        const element el = g_.elements[p];
+        if (el.kind == element::cls) {
+          out.push_back(frame_id(p, par));
+          break;
         }
-        const frame f = frames_[parent];
-        pos = f.pos + 1;
-        parent = f.parent;
-        continue;
+        if (el.kind == element::end) {
+          if (par == no_parent) {
+            accept = true;
+            break;
+          }
+          const frame f = frames_[par];
+          p = f.pos + 1;
+          par = f.parent;
+          continue;
+        }
+        // A reference: last in its alternative, it returns straight to our caller.
+        const bool tail = g_.elements[p + 1].kind == element::end;
+        const std::uint32_t callee_parent = tail ? par : frame_id(p, par);
+        for (const std::uint32_t a : g_.rule_alts[el.value]) work_.emplace_back(a, callee_parent);
+        break;
       }
-      // A reference: last in its alternative, it returns straight to our caller.
-      const bool tail = g_.elements[pos + 1].kind == element::end;
-      const std::uint32_t callee_parent = tail ? parent : frame_id(pos, parent);
-      const auto& alts = g_.rule_alts[el.value];
-      for (const std::uint32_t a : alts) settle(a, callee_parent, out, accept);
-      return;
     }
   }
 
@@ -252,6 +265,7 @@ class byte_automaton {
   std::vector<std::uint32_t> trans_;  // (state, byte) -> state, `unknown` until computed
   std::unordered_set<std::uint64_t> visited_;
   std::vector<std::uint32_t> scratch_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> work_;  // settle's (position, parent)
 };
 
 }  // namespace npullm::grammar

@@ -148,11 +148,13 @@ class gbnf_parser {
         ++pos_;
         item = expr::of(char_class::any());
       } else if (c == '(') {
+        if (++depth_ > 256) fail("groups nested deeper than 256");
         ++pos_;
         skip_space(true);
         item = parse_alternatives(true);
         if (peek() != ')') fail("expected ')'");
         ++pos_;
+        --depth_;
         // A group is one unit for the postfix operators that follow.
         item = expr::sequence({std::move(item)});
       } else if (is_name_char(c)) {
@@ -302,6 +304,7 @@ class gbnf_parser {
   grammar_builder b_;
   std::vector<std::size_t> first_use_;
   bool has_root_ = false;
+  int depth_ = 0;  // open groups
 };
 
 }  // namespace detail

@@ -135,6 +135,19 @@ struct expr {
     return e;
   }
   static expr repeat(expr x, std::uint32_t lo, std::uint32_t hi) {
+    // (x{a,A}){b,B} with a <= 1 is x{a*b, A*B}: the counts it allows are contiguous. Nested
+    // stars of a nullable x would otherwise give the matcher exponentially many stacks.
+    const expr* inner = &x;
+    while (inner->kind == seq && inner->items.size() == 1) inner = &inner->items[0];
+    if (inner->kind == rep && inner->min <= 1 && inner->max >= 1 && hi >= 1 && lo <= 1) {
+      const std::uint32_t a = inner->min, b = inner->max;
+      const std::uint64_t top = static_cast<std::uint64_t>(b) * hi;
+      const std::uint32_t new_hi = (b == unbounded || hi == unbounded || top >= unbounded)
+                                       ? unbounded
+                                       : static_cast<std::uint32_t>(top);
+      expr y = inner->items[0];
+      return repeat(std::move(y), a * lo, new_hi);
+    }
     expr e = make(rep, {});
     e.items.push_back(std::move(x));
     e.min = lo;

@@ -931,6 +931,7 @@ class schema_compiler {
     std::size_t i = 0;
     const std::string& path;
     schema_compiler& c;
+    int depth = 0;  // open groups
 
     [[noreturn]] void no(std::string_view what) const {
       refuse(path, "pattern", std::string(what) + " in '" + std::string(s) + "'");
@@ -998,6 +999,7 @@ class schema_compiler {
     expr atom() {
       const char ch = peek();
       if (ch == '(') {
+        if (++depth > 64) no("groups nested deeper than 64");
         ++i;
         if (peek() == '?') {
           if (s.substr(i, 2) == "?:") {
@@ -1015,6 +1017,7 @@ class schema_compiler {
         expr inner = alternatives();
         if (peek() != ')') no("an unbalanced '('");
         ++i;
+        --depth;
         return expr::sequence({std::move(inner)});
       }
       if (ch == '[') return c.json_chars(char_set(), path);
