@@ -362,6 +362,30 @@ TEST(json_schema, each_keyword_accepts_and_rejects) {
        {R"({"a": true})"},
        {R"({"a": 1})"}},
       {"true", {"1", R"({"a": [null]})"}, {"", "{"}},
+      // not: of a type, of one required name, of a not.
+      {R"({"not": {"type": ["string", "object"]}})", {"1", "null", "[]"}, {R"("a")", "{}"}},
+      {R"({"type": "object", "not": {"required": ["x"]}})", {"{}", R"({"y": 1})"}, {R"({"x": 1})"}},
+      {R"({"not": {"not": {"type": "integer"}}})", {"3"}, {"3.5", R"("3")"}},
+      // Number bounds that are whole numbers (no exponent then).
+      {R"({"type": "number", "minimum": 0, "maximum": 10})",
+       {"0", "0.5", "10", "10.0", "9.99"},
+       {"-0.5", "10.01", "11", "1e1"}},
+      {R"({"type": "number", "exclusiveMinimum": -2, "exclusiveMaximum": 3})",
+       {"-1.99", "-1", "0", "2.999"},
+       {"-2", "-2.0", "3", "3.0", "-2.5"}},
+      {R"({"type": "number", "minimum": 5})", {"5", "5.1", "123"}, {"4.99", "-5"}},
+      // oneOf made disjoint by narrowing: the discriminator required, or the other's
+      // required property forbidden.
+      {R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "x": {}}}, {"type": "object", "properties": {"k": {"const": "b"}}}]})",
+       {R"({"k": "a", "x": 1})", R"({"k": "b"})"},
+       {"{}", R"({"k": "c"})"}},
+      {R"({"oneOf": [{"type": "object", "required": ["r"]}, {"type": "object", "required": ["l", "w"]}]})",
+       {R"({"r": 1})", R"({"l": 1, "w": 2})"},
+       {R"({"r": 1, "l": 1, "w": 2})", "{}"}},
+      // enum beside other keywords: the values that satisfy them.
+      {R"({"enum": ["a", "abc", 5, 50], "maxLength": 2, "maximum": 10})",
+       {R"("a")", "5"},
+       {R"("abc")", "50"}},
       {R"({"type": "object", "properties": {"x": false}})", {"{}", R"({"y": 1})"}, {R"({"x": 1})"}},
   };
   for (const auto& c : cases) {
@@ -395,12 +419,14 @@ TEST(json_schema, property_order_is_the_schemas) {
 
 TEST(json_schema, unsupported_keywords_are_refused_by_name) {
   const std::vector<std::pair<const char*, const char*>> cases = {
-      {R"({"not": {"type": "string"}})", "'not'"},
+      {R"({"not": {"enum": [1, 2]}})", "'not'"},
       {R"({"type": "object", "patternProperties": {"^a": {}}})", "'patternProperties'"},
       {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", "'if'"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
       {R"({"type": "array", "contains": {"type": "integer"}})", "'contains'"},
       {R"({"type": "number", "minimum": 0.5})", "'minimum'"},
+      {R"({"oneOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]})",
+       "'oneOf'"},
       {R"({"type": "integer", "multipleOf": 3})", "'multipleOf'"},
       {R"({"type": "string", "format": "hostname"})", "'format'"},
       {R"({"type": "string", "pattern": "(?=a)b"})", "'pattern'"},

@@ -24,17 +24,22 @@
 //   integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft 4 booleans too),
 //            multipleOf 1; integers are written without a fraction (1.0 is refused);
 //            bounds past +-1e18 narrow to +-1e18
-//   number   without bounds or multipleOf (refused)
-//   enum, const (each value as JSON, whitespace as the options say), with type filtering
-//   anyOf, oneOf (only when its alternatives cannot overlap: different types, or objects
-//   without extra properties that each require a property the others do not have),
+//   number   minimum / maximum / exclusive* that are whole numbers (|bound| <= 1e15): then
+//            written without an exponent; other bounds and multipleOf are refused
+//   enum, const (each value as JSON, whitespace as the options say); beside other keywords,
+//            only the values the rest of the schema's grammar accepts
+//   not      of a boolean / empty schema, of a 'not', of a 'type' (the other types), of one
+//            required name (an object without it); other forms are refused
+//   anyOf, oneOf (only when its alternatives cannot overlap: different types or constants, or
+//   made disjoint by narrowing objects: a property both fix to different constants becomes
+//   required, or a property one requires becomes forbidden in the other),
 //   allOf (merged: properties and required united, type intersected, equal other keywords),
 //   $ref to "#", "#/definitions/...", "#/$defs/..." and any JSON pointer in the document
 //   (recursive schemas become recursive rules); siblings of $ref merge as allOf.
-// Refused (unsupported): not, if / then / else, patternProperties, propertyNames,
+// Refused (unsupported): other forms of not, if / then / else, patternProperties, propertyNames,
 // dependencies / dependentRequired / dependentSchemas, unevaluated*, contains, uniqueItems
-// true, multipleOf other than integer 1, number bounds, other formats, remote $ref, unicode
-// property classes and look-around / back-references in patterns.
+// true, multipleOf other than integer 1, non-whole number bounds, other formats, remote $ref,
+// unicode property classes and look-around / back-references in patterns.
 //
 // Whitespace (options.whitespace): JSON's [ \t\n\r]* between tokens (none before or after the
 // value, so that a generation ends with it), json.dumps' ", " and ": " only, or none.
@@ -55,6 +60,7 @@
 #include <nlohmann/json.hpp>
 
 #include "npullm/core/error.hpp"
+#include "npullm/grammar/automaton.hpp"
 #include "npullm/grammar/grammar.hpp"
 
 namespace npullm::grammar {
@@ -78,6 +84,15 @@ using json = nlohmann::ordered_json;  // properties keep the order they are writ
 class schema_compiler {
  public:
   schema_compiler(const json& root, json_schema_options opt) : root_(root), opt_(opt) {}
+
+  // The compact grammar of a subschema of the document (nullopt when it accepts nothing).
+  std::optional<grammar> compile_at(const json& s, const std::string& path) {
+    const std::uint32_t r = b_.rule("root");
+    const expr body = value(s, path);
+    if (is_never(body)) return std::nullopt;
+    b_.define(r, body);
+    return std::move(b_).build(r);
+  }
 
   grammar compile() {
     const std::uint32_t r = b_.rule("root");
@@ -360,6 +375,7 @@ class schema_compiler {
       merged["allOf"] = json::array({json{{"$ref", ref}}, rest});
       return value(merged, path);
     }
+    if (s.contains("not")) return value(without_not(s, path), path);
     refuse_unsupported(s, path);
     if (s.contains("allOf")) {
       const json& all = s["allOf"];
@@ -414,7 +430,7 @@ class schema_compiler {
         std::vector<json> seen;
         for (std::size_t i = 0; i < parts.size(); ++i)
           seen.push_back(inline_refs(parts[i], path + "/" + key + "/" + std::to_string(i)));
-        check_disjoint(seen, path);
+        if (make_disjoint(seen, path)) parts = std::move(seen);
       }
       std::vector<expr> out;
       for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -433,13 +449,28 @@ class schema_compiler {
         if (s.contains("const")) refuse(path, "enum", "with const beside it");
         for (const auto& v : s["enum"]) values.push_back(v);
       }
-      for (const auto& [k, v] : s.items()) {
-        if (k == "enum" || k == "const" || k == "type" || annotation(k)) continue;
-        if (known_keyword(k)) refuse(path, k, "beside enum / const");
+      // Other keywords beside: the values are checked against them, by the grammar of the
+      // rest of the schema (which accepts a value only if the schema does).
+      json rest = s;
+      rest.erase("enum");
+      rest.erase("const");
+      bool constrained = false;
+      for (const auto& [k, v] : rest.items())
+        constrained = constrained || (k != "type" && !annotation(k) && known_keyword(k));
+      std::optional<byte_automaton> check;
+      if (constrained) {
+        if (++depth_ > 200) invalid(path, "schema nested more than 200 levels");
+        schema_compiler sub(root_, {json_whitespace::compact});
+        sub.depth_ = depth_;
+        --depth_;
+        auto g = sub.compile_at(rest, path);
+        if (!g) return never();
+        check.emplace(std::move(*g));
       }
       std::vector<expr> out;
       for (const auto& v : values)
-        if (value_has_type(v, types)) out.push_back(json_literal(v));
+        if (value_has_type(v, types) && (!check || check->matches(v.dump())))
+          out.push_back(json_literal(v));
       if (out.empty()) return never();
       return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
     }
@@ -462,6 +493,64 @@ class schema_compiler {
     }
     if (out.empty()) return never();
     return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
+  }
+
+  // s with its 'not' rewritten as other keywords, where that is exact: not of a boolean or
+  // an empty schema, of a 'not', of a 'type' (the other types), of one required name (an
+  // object without it); refused otherwise.
+  json without_not(const json& s, const std::string& path) {
+    json rest = s;
+    json n = rest["not"];
+    rest.erase("not");
+    if (n.is_object()) {
+      for (auto it = n.begin(); it != n.end();)
+        it = annotation(it.key()) ? n.erase(it) : std::next(it);
+    }
+    if (n.is_boolean() || (n.is_object() && n.empty())) {
+      if (n == false) return rest.empty() ? json(true) : rest;
+      return json(false);
+    }
+    if (!n.is_object()) invalid(path, "'not' must be a schema");
+    if (n.size() == 1 && n.contains("not")) {
+      json all = json::object();
+      all["allOf"] = json::array({rest, n["not"]});
+      return all;
+    }
+    if (n.size() == 1 && n.contains("type")) {
+      const std::uint8_t excluded = types_of(n, path);
+      std::uint8_t m = types_of(rest, path) & static_cast<std::uint8_t>(~excluded);
+      if ((excluded & t_int) && !(excluded & t_num) && (m & t_num))
+        refuse(path, "not", "numbers that are not integers");
+      json list = json::array();
+      for (const auto& [bit, name] :
+           std::vector<std::pair<std::uint8_t, const char*>>{{t_null, "null"},
+                                                             {t_bool, "boolean"},
+                                                             {t_str, "string"},
+                                                             {t_arr, "array"},
+                                                             {t_obj, "object"}}) {
+        if (m & bit) list.push_back(name);
+      }
+      if (m & t_num)
+        list.push_back("number");
+      else if (m & t_int)
+        list.push_back("integer");
+      if (list.empty()) return json(false);
+      rest["type"] = list;
+      return rest;
+    }
+    if (n.size() == 1 && n.contains("required") && n["required"].is_array() &&
+        n["required"].size() == 1 && n["required"][0].is_string()) {
+      const std::string name = n["required"][0].get<std::string>();
+      const std::uint8_t m = types_of(rest, path) & t_obj;
+      if (m == 0) return json(false);
+      rest["type"] = "object";
+      if (rest.contains("required") && std::find(rest["required"].begin(), rest["required"].end(),
+                                                 json(name)) != rest["required"].end())
+        return json(false);
+      rest["properties"][name] = false;
+      return rest;
+    }
+    refuse(path, "not");
   }
 
   static bool annotation(std::string_view k) {
@@ -547,6 +636,15 @@ class schema_compiler {
   // allOf of two schemas (objects) as one, where expressible.
   json merge(const json& a, const json& b, const std::string& path) {
     if (a.is_boolean() || b.is_boolean()) invalid(path, "allOf of boolean schemas");
+    // Merging recursive schemas would unroll them without end.
+    if (++merge_depth_ > 32) {
+      merge_depth_ = 0;
+      refuse(path, "allOf", "parts that merge recursive schemas more than 32 levels deep");
+    }
+    struct leave {
+      int& d;
+      ~leave() { d = d > 0 ? d - 1 : 0; }
+    } guard{merge_depth_};
     json out = a;
     for (const auto& [k, v] : b.items()) {
       if (k == "additionalProperties" || k == "properties") continue;  // below
@@ -625,15 +723,60 @@ class schema_compiler {
   }
 
   // oneOf as anyOf needs alternatives no instance matches twice.
-  void check_disjoint(const std::vector<json>& parts, const std::string& path) {
+  // Makes oneOf's alternatives pairwise disjoint, narrowing object alternatives where that
+  // does it (each narrowing keeps only values that match one alternative and not the other):
+  // a property both fix to disjoint constants becomes required in both; else a property one
+  // requires and the other does not becomes forbidden in the other. Returns whether it
+  // changed any; refuses a pair it cannot separate.
+  bool make_disjoint(std::vector<json>& parts, const std::string& path) {
+    bool changed = false;
     for (std::size_t i = 0; i < parts.size(); ++i) {
       for (std::size_t j = i + 1; j < parts.size(); ++j) {
-        if (!disjoint(parts[i], parts[j], path))
-          refuse(path, "oneOf",
-                 "alternatives " + std::to_string(i) + " and " + std::to_string(j) +
-                     " may both match one value");
+        if (disjoint(parts[i], parts[j], path)) continue;
+        if (separate(parts[i], parts[j], path) || separate(parts[j], parts[i], path)) {
+          changed = true;
+          continue;
+        }
+        refuse(path, "oneOf",
+               "alternatives " + std::to_string(i) + " and " + std::to_string(j) +
+                   " may both match one value");
       }
     }
+    return changed;
+  }
+  static bool is_object_schema(const json& s, const std::string& path) {
+    return s.is_object() && !has_values(s) && !s.contains("anyOf") && !s.contains("oneOf") &&
+           !s.contains("allOf") && !s.contains("$ref") && types_of(s, path) == t_obj;
+  }
+  // Narrows a (and maybe b) so that no value matches both; false if it cannot.
+  bool separate(json& a, json& b, const std::string& path) {
+    if (!is_object_schema(a, path) || !is_object_schema(b, path)) return false;
+    // Copies: a and b change below.
+    const json pa = a.contains("properties") ? a["properties"] : json::object();
+    const json pb = b.contains("properties") ? b["properties"] : json::object();
+    for (const auto& [name, x] : pa.items()) {
+      if (!pb.contains(name)) continue;
+      const json& y = pb[name];
+      if (!x.is_object() || !y.is_object() || !has_values(x) || !has_values(y)) continue;
+      bool overlap = false;
+      for (const auto& u : values_of(x))
+        for (const auto& w : values_of(y)) overlap = overlap || u == w;
+      if (overlap) continue;
+      for (json* s : {&a, &b}) {
+        if (!s->contains("required")) (*s)["required"] = json::array();
+        json& r = (*s)["required"];
+        if (std::find(r.begin(), r.end(), json(name)) == r.end()) r.push_back(name);
+      }
+      return true;
+    }
+    const json ra = a.contains("required") ? a["required"] : json::array();
+    const json rb = b.contains("required") ? b["required"] : json::array();
+    for (const auto& r : rb) {
+      if (!r.is_string() || std::find(ra.begin(), ra.end(), r) != ra.end()) continue;
+      a["properties"][r.get<std::string>()] = false;
+      return true;
+    }
+    return false;
   }
   bool disjoint(const json& a, const json& b, const std::string& path) {
     if (a.is_boolean() || b.is_boolean()) return (a == false) || (b == false);
@@ -698,11 +841,72 @@ class schema_compiler {
     return s[k].get<double>();
   }
 
+  // Numbers with bounds that are whole numbers (|bound| <= 1e15), written without an
+  // exponent when bounded (a narrowing); other bounds are refused.
   expr number(const json& s, const std::string& path) {
-    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-      if (s.contains(k)) refuse(path, k, "bounds on non-integer numbers");
     if (s.contains("multipleOf")) refuse(path, "multipleOf");
-    return number_text();
+    struct bound {
+      std::int64_t v;
+      bool exclusive;
+    };
+    std::optional<bound> lo, hi;
+    const auto whole = [&](const char* k) -> std::int64_t {
+      const double d = s[k].get<double>();
+      if (std::floor(d) != d || std::fabs(d) > 1e15)
+        refuse(path, k, "a bound on non-integer numbers that is not a whole number");
+      return static_cast<std::int64_t>(d);
+    };
+    const auto tighter_lo = [&](bound b) {
+      if (!lo || b.v > lo->v || (b.v == lo->v && b.exclusive)) lo = b;
+    };
+    const auto tighter_hi = [&](bound b) {
+      if (!hi || b.v < hi->v || (b.v == hi->v && b.exclusive)) hi = b;
+    };
+    const bool d4_xmin = s.contains("exclusiveMinimum") && s["exclusiveMinimum"] == true;
+    const bool d4_xmax = s.contains("exclusiveMaximum") && s["exclusiveMaximum"] == true;
+    if (num(s, "minimum", path)) tighter_lo({whole("minimum"), d4_xmin});
+    if (num(s, "maximum", path)) tighter_hi({whole("maximum"), d4_xmax});
+    if (num(s, "exclusiveMinimum", path)) tighter_lo({whole("exclusiveMinimum"), true});
+    if (num(s, "exclusiveMaximum", path)) tighter_hi({whole("exclusiveMaximum"), true});
+    if (!lo && !hi) return number_text();
+    std::vector<expr> out;
+    // x >= 0 part: magnitudes in [max(lo, 0), hi].
+    if (!hi || hi->v >= 0) {
+      const bound mlo = lo && lo->v >= 0 ? *lo : bound{0, false};
+      if (auto e = magnitude(mlo, hi ? std::optional<bound>(*hi) : std::nullopt))
+        out.push_back(std::move(*e));
+    }
+    // x < 0 part: "-" and magnitudes in [max(-hi, 0), -lo].
+    if (!lo || lo->v < 0) {
+      const bound mlo = hi && hi->v < 0 ? bound{-hi->v, hi->exclusive} : bound{0, true};
+      const std::optional<bound> mhi =
+          lo ? std::optional<bound>(bound{-lo->v, lo->exclusive}) : std::nullopt;
+      if (auto e = magnitude(mlo, mhi)) out.push_back(expr::sequence({lit("-"), std::move(*e)}));
+    }
+    if (out.empty()) return never();
+    return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
+  }
+  // Decimal texts I or I.F (no exponent) whose value m is in [lo, hi] (each side inclusive or
+  // exclusive; hi open when absent), lo >= 0; nullopt when none.
+  template <class Bound>
+  std::optional<expr> magnitude(Bound lo, std::optional<Bound> hi) {
+    const expr digits = plus(digit('0', '9'));
+    const expr any_frac = expr::optional(expr::sequence({lit("."), digits}));
+    const expr zero_frac = expr::optional(expr::sequence({lit("."), plus(digit('0', '0'))}));
+    const expr nonzero_frac =
+        expr::sequence({lit("."), star(digit('0', '9')), digit('1', '9'), star(digit('0', '9'))});
+    std::vector<expr> out;
+    if (hi && (hi->v < lo.v || (hi->v == lo.v && (lo.exclusive || hi->exclusive))))
+      return std::nullopt;
+    if (hi && hi->v == lo.v) return expr::sequence({int_range(lo.v, lo.v), zero_frac});
+    // Whole part strictly between: any fraction.
+    if (!hi || hi->v - lo.v >= 2)
+      out.push_back(expr::sequence(
+          {int_range(lo.v + 1, hi ? std::optional<std::int64_t>(hi->v - 1) : std::nullopt),
+           any_frac}));
+    out.push_back(expr::sequence({int_range(lo.v, lo.v), lo.exclusive ? nonzero_frac : any_frac}));
+    if (hi && !hi->exclusive) out.push_back(expr::sequence({int_range(hi->v, hi->v), zero_frac}));
+    return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
   }
 
   expr integer(const json& s, const std::string& path) {
@@ -1455,6 +1659,7 @@ class schema_compiler {
   std::map<std::string, std::uint32_t> refs_;
   std::map<std::string, std::uint32_t> other_keys_;
   int depth_ = 0;
+  int merge_depth_ = 0;
 };
 
 }  // namespace detail
