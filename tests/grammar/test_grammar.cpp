@@ -382,6 +382,10 @@ TEST(json_schema, each_keyword_accepts_and_rejects) {
       {R"({"oneOf": [{"type": "object", "required": ["r"]}, {"type": "object", "required": ["l", "w"]}]})",
        {R"({"r": 1})", R"({"l": 1, "w": 2})"},
        {R"({"r": 1, "l": 1, "w": 2})", "{}"}},
+      // Each alternative excludes every other as written: a value with both is in neither.
+      {R"({"type": "object", "properties": {"a": {}, "b": {}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})",
+       {R"({"a": 1})", R"({"b": 2})"},
+       {R"({"a": 1, "b": 2})", "{}"}},
       // enum beside other keywords: the values that satisfy them.
       {R"({"enum": ["a", "abc", 5, 50], "maxLength": 2, "maximum": 10})",
        {R"("a")", "5"},

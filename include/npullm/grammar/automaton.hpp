@@ -84,6 +84,19 @@ class byte_automaton {
   }
   // Whether bytes of the grammar may still follow (some stack is waiting on a class).
   [[nodiscard]] bool can_continue(state_id s) const noexcept { return states_[s].count > 0; }
+  // Whether s is between characters and each of its stacks takes every non-ASCII code point
+  // or none: then every non-ASCII character leads from s to one same state.
+  [[nodiscard]] bool uniform_non_ascii(state_id s) const noexcept {
+    const state_info& st = states_[s];
+    if (st.need != 0) return false;
+    for (std::uint32_t k = 0; k < st.count; ++k) {
+      const char_class& c = g_.classes[g_.elements[frames_[state_frames_[st.begin + k]].pos].value];
+      const bool all = c.contains_all(0x80, 0xD7FF) && c.contains_all(0xE000, max_code_point);
+      const bool none = !c.intersects(0x80, 0xD7FF) && !c.intersects(0xE000, max_code_point);
+      if (!all && !none) return false;
+    }
+    return true;
+  }
   // Whether the whole of `text` is a sentence of the grammar.
   [[nodiscard]] bool matches(std::string_view text) { return can_end(next(start_, text)); }
 

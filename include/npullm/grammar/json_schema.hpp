@@ -723,23 +723,24 @@ class schema_compiler {
   }
 
   // oneOf as anyOf needs alternatives no instance matches twice.
-  // Makes oneOf's alternatives pairwise disjoint, narrowing object alternatives where that
-  // does it (each narrowing keeps only values that match one alternative and not the other):
-  // a property both fix to disjoint constants becomes required in both; else a property one
-  // requires and the other does not becomes forbidden in the other. Returns whether it
-  // changed any; refuses a pair it cannot separate.
+  // Makes oneOf's alternatives match no value twice: each alternative is narrowed until it
+  // excludes every other alternative as written (then a value it accepts matches it alone).
+  // Objects narrow by a property both fix to different constants (required in it), else by
+  // a property the other requires and it does not (forbidden in it). Returns whether it
+  // changed any; refuses an alternative it cannot narrow so.
   bool make_disjoint(std::vector<json>& parts, const std::string& path) {
+    const std::vector<json> orig = parts;
     bool changed = false;
     for (std::size_t i = 0; i < parts.size(); ++i) {
-      for (std::size_t j = i + 1; j < parts.size(); ++j) {
-        if (disjoint(parts[i], parts[j], path)) continue;
-        if (separate(parts[i], parts[j], path) || separate(parts[j], parts[i], path)) {
+      for (std::size_t j = 0; j < parts.size(); ++j) {
+        if (i == j || disjoint(parts[i], orig[j], path)) continue;
+        if (exclude(parts[i], orig[j], path)) {
           changed = true;
           continue;
         }
         refuse(path, "oneOf",
-               "alternatives " + std::to_string(i) + " and " + std::to_string(j) +
-                   " may both match one value");
+               "alternatives " + std::to_string(std::min(i, j)) + " and " +
+                   std::to_string(std::max(i, j)) + " may both match one value");
       }
     }
     return changed;
@@ -748,10 +749,10 @@ class schema_compiler {
     return s.is_object() && !has_values(s) && !s.contains("anyOf") && !s.contains("oneOf") &&
            !s.contains("allOf") && !s.contains("$ref") && types_of(s, path) == t_obj;
   }
-  // Narrows a (and maybe b) so that no value matches both; false if it cannot.
-  bool separate(json& a, json& b, const std::string& path) {
+  // Narrows a so that no value it accepts matches b; false if it cannot.
+  bool exclude(json& a, const json& b, const std::string& path) {
     if (!is_object_schema(a, path) || !is_object_schema(b, path)) return false;
-    // Copies: a and b change below.
+    // Copies: a changes below.
     const json pa = a.contains("properties") ? a["properties"] : json::object();
     const json pb = b.contains("properties") ? b["properties"] : json::object();
     for (const auto& [name, x] : pa.items()) {
@@ -762,11 +763,9 @@ class schema_compiler {
       for (const auto& u : values_of(x))
         for (const auto& w : values_of(y)) overlap = overlap || u == w;
       if (overlap) continue;
-      for (json* s : {&a, &b}) {
-        if (!s->contains("required")) (*s)["required"] = json::array();
-        json& r = (*s)["required"];
-        if (std::find(r.begin(), r.end(), json(name)) == r.end()) r.push_back(name);
-      }
+      if (!a.contains("required")) a["required"] = json::array();
+      json& r = a["required"];
+      if (std::find(r.begin(), r.end(), json(name)) == r.end()) r.push_back(name);
       return true;
     }
     const json ra = a.contains("required") ? a["required"] : json::array();

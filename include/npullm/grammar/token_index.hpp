@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
@@ -36,7 +37,39 @@ class token_index {
     std::uint32_t tok_begin = 0, tok_end = 0;  // its tokens: ids()[tok_begin, tok_end)
     std::uint16_t depth = 0;                   // bytes from the root (1 for a first byte)
     std::uint8_t byte = 0;
+    // Whether every path of the subtree (this byte on) is valid UTF-8, a last character
+    // possibly unfinished, when the UTF-8 decoder is in state k (utf8_step) before this
+    // byte: bit k.
+    std::uint8_t utf8_ok = 0;
+    bool non_ascii = false;                // some byte of the subtree is >= 0x80
+    std::array<std::uint64_t, 2> ascii{};  // the subtree's ASCII bytes, this one included
   };
+
+  // The UTF-8 decoder of utf8_ok: state 0 between characters, 1..3 continuation bytes
+  // expected, 4..7 the first continuation after E0, ED, F0, F4 (narrower ranges); -1 invalid.
+  static int utf8_step(int state, std::uint8_t b) noexcept {
+    const bool cont = (b & 0xC0) == 0x80;
+    switch (state) {
+      case 0:
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b == 0xF4) return 7;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        return -1;
+      case 1: return cont ? 0 : -1;
+      case 2: return cont ? 1 : -1;
+      case 3: return cont ? 2 : -1;
+      case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+      case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+      case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+      case 7: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+      default: return -1;
+    }
+  }
 
   // bytes[id]: the token's bytes, or nullopt for a token no grammar allows; eog: the ids
   // allowed when the grammar can end.
@@ -88,6 +121,31 @@ class token_index {
     while (!open.empty()) {
       nodes_[open.back()].end = static_cast<std::uint32_t>(nodes_.size());
       open.pop_back();
+    }
+    // Subtree summaries, children before parents (reverse preorder).
+    for (std::size_t i = nodes_.size(); i-- > 0;) {
+      node& n = nodes_[i];
+      if (n.byte < 0x80) {
+        n.ascii[n.byte >> 6] |= std::uint64_t{1} << (n.byte & 63);
+      } else {
+        n.non_ascii = true;
+      }
+      std::uint8_t ok = 0;
+      for (int k = 0; k < 8; ++k) {
+        const int next = utf8_step(k, n.byte);
+        if (next >= 0) ok |= static_cast<std::uint8_t>(1u << k);
+      }
+      for (std::size_t c = i + 1; c < n.end; c = nodes_[c].end) {
+        const node& ch = nodes_[c];
+        n.ascii[0] |= ch.ascii[0];
+        n.ascii[1] |= ch.ascii[1];
+        n.non_ascii = n.non_ascii || ch.non_ascii;
+        for (int k = 0; k < 8; ++k) {
+          const int next = utf8_step(k, n.byte);
+          if (next < 0 || !((ch.utf8_ok >> next) & 1)) ok &= static_cast<std::uint8_t>(~(1u << k));
+        }
+      }
+      n.utf8_ok = ok;
     }
     bytes_.resize(size_);
     for (std::size_t i = 0; i < size_; ++i) {

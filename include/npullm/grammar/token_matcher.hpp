@@ -19,10 +19,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -56,6 +60,7 @@ class token_grammar {
     if (!index_) raise(error_code::invalid_argument, "token_grammar: no token_index");
     words_ = mask_words(index_->size());
     states_.resize(index_->max_depth() + 1);
+    dec_.resize(index_->max_depth() + 1);
   }
 
   [[nodiscard]] const token_index& index() const noexcept { return *index_; }
@@ -102,20 +107,101 @@ class token_grammar {
   }
 
  private:
+  // A state's self loops: the ASCII bytes that lead back to it, and whether every non-ASCII
+  // character does (inside a JSON string: all but '"', '\\' and controls, and all of them).
+  struct loop_info {
+    bool known = false;
+    std::array<std::uint64_t, 2> ascii{};
+    bool non_ascii = false;
+  };
+  const loop_info& loops_of(state_id s) {
+    if (loops_.size() <= s) loops_.resize(automaton_.state_count());
+    loop_info& l = loops_[s];
+    if (l.known) return l;
+    l.known = true;
+    for (unsigned b = 0; b < 128; ++b)
+      if (automaton_.next(s, static_cast<unsigned char>(b)) == s)
+        l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
+    l.non_ascii = automaton_.uniform_non_ascii(s) && automaton_.next(s, "\xc2\x80") == s;
+    return loops_[s];
+  }
+
+  // The tokens made only of the loop's bytes (valid UTF-8, a last character possibly
+  // unfinished): all allowed from any state with that loop, whatever its stacks. Cached by
+  // loop.
+  const std::vector<std::uint64_t>& loop_mask(const loop_info& l) {
+    const auto key = std::make_tuple(l.ascii[0], l.ascii[1], l.non_ascii);
+    const auto it = loop_masks_.find(key);
+    if (it != loop_masks_.end()) return it->second;
+    std::vector<std::uint64_t> m(words_, 0);
+    const auto nodes = index_->nodes();
+    const auto ids = index_->ids();
+    std::vector<int> dec(index_->max_depth() + 1, 0);
+    for (std::size_t i = 0; i < nodes.size();) {
+      const token_index::node& nd = nodes[i];
+      const int prev = dec[nd.depth - 1u];
+      int next = -1;
+      if (nd.byte < 0x80) {
+        if (prev == 0 && ((l.ascii[nd.byte >> 6] >> (nd.byte & 63)) & 1)) next = 0;
+      } else if (l.non_ascii) {
+        next = token_index::utf8_step(prev, nd.byte);
+      }
+      if (next < 0) {
+        i = nd.end;
+        continue;
+      }
+      dec[nd.depth] = next;
+      for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+        const auto id = static_cast<std::uint32_t>(ids[k]);
+        m[id >> 6] |= std::uint64_t{1} << (id & 63);
+      }
+      ++i;
+    }
+    return loop_masks_.emplace(key, std::move(m)).first->second;
+  }
+
+  // The walk (see the top). From a state with many self loops, the tokens made only of loop
+  // bytes come from loop_mask, and a subtree whose paths all stay in the loop (its bytes,
+  // its UTF-8 validity, from a prefix that stayed in it) is skipped whole: inside a string
+  // the walk visits only tokens with a quote, a backslash or a control byte.
   void compute(state_id s, std::span<std::uint64_t> out) {
-    std::fill(out.begin(), out.end(), 0);
+    const loop_info& l = loops_of(s);
+    const bool fast = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= 48;
+    if (fast) {
+      const auto& base = loop_mask(l);
+      std::copy(base.begin(), base.end(), out.begin());
+    } else {
+      std::fill(out.begin(), out.end(), 0);
+    }
     const auto nodes = index_->nodes();
     const auto ids = index_->ids();
     states_[0] = s;
+    dec_[0] = 0;
     const std::size_t n = nodes.size();
+    const std::uint64_t l0 = ~l.ascii[0], l1 = ~l.ascii[1];
     for (std::size_t i = 0; i < n;) {
       const token_index::node& nd = nodes[i];
+      const int prev = dec_[nd.depth - 1u];
+      if (fast && prev == 0 && (nd.ascii[0] & l0) == 0 && (nd.ascii[1] & l1) == 0 &&
+          (!nd.non_ascii || (l.non_ascii && (nd.utf8_ok & 1)))) {
+        i = nd.end;  // all in loop_mask
+        continue;
+      }
       const state_id t = automaton_.next(states_[nd.depth - 1u], nd.byte);
       if (t == byte_automaton::dead) {
         i = nd.end;
         continue;
       }
       states_[nd.depth] = t;
+      int d = -1;
+      if (fast && prev >= 0) {
+        if (nd.byte < 0x80) {
+          if (prev == 0 && ((l.ascii[nd.byte >> 6] >> (nd.byte & 63)) & 1)) d = 0;
+        } else if (l.non_ascii) {
+          d = token_index::utf8_step(prev, nd.byte);
+        }
+      }
+      dec_[nd.depth] = d;
       for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
         const auto id = static_cast<std::uint32_t>(ids[k]);
         out[id >> 6] |= std::uint64_t{1} << (id & 63);
@@ -135,6 +221,9 @@ class token_grammar {
   std::size_t words_ = 0;
   std::size_t max_cached_ = 0;
   std::vector<state_id> states_;  // the walk's state per trie depth
+  std::vector<int> dec_;          // the walk's loop-path UTF-8 state per depth (-1: left it)
+  std::vector<loop_info> loops_;  // by state
+  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint64_t>> loop_masks_;
   std::unordered_map<state_id, std::size_t> cache_;
   std::vector<std::uint64_t> masks_;  // cached masks, words_ each
 };
