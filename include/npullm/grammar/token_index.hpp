@@ -17,11 +17,15 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,12 +41,15 @@ class token_index {
     std::uint32_t tok_begin = 0, tok_end = 0;  // its tokens: ids()[tok_begin, tok_end)
     std::uint16_t depth = 0;                   // bytes from the root (1 for a first byte)
     std::uint8_t byte = 0;
+  };
+  // What a node's subtree holds, apart from the nodes (read only where a walk may skip it).
+  struct summary {
+    std::array<std::uint64_t, 2> ascii{};  // the subtree's ASCII bytes, this one included
     // Whether every path of the subtree (this byte on) is valid UTF-8, a last character
     // possibly unfinished, when the UTF-8 decoder is in state k (utf8_step) before this
     // byte: bit k.
     std::uint8_t utf8_ok = 0;
-    bool non_ascii = false;                // some byte of the subtree is >= 0x80
-    std::array<std::uint64_t, 2> ascii{};  // the subtree's ASCII bytes, this one included
+    bool non_ascii = false;  // some byte of the subtree is >= 0x80
   };
 
   // The UTF-8 decoder of utf8_ok: state 0 between characters, 1..3 continuation bytes
@@ -123,25 +130,27 @@ class token_index {
       open.pop_back();
     }
     // Subtree summaries, children before parents (reverse preorder).
+    summaries_.resize(nodes_.size());
     for (std::size_t i = nodes_.size(); i-- > 0;) {
-      node& n = nodes_[i];
-      if (n.byte < 0x80) {
-        n.ascii[n.byte >> 6] |= std::uint64_t{1} << (n.byte & 63);
+      const node& nd = nodes_[i];
+      summary& n = summaries_[i];
+      if (nd.byte < 0x80) {
+        n.ascii[nd.byte >> 6] |= std::uint64_t{1} << (nd.byte & 63);
       } else {
         n.non_ascii = true;
       }
       std::uint8_t ok = 0;
       for (int k = 0; k < 8; ++k) {
-        const int next = utf8_step(k, n.byte);
+        const int next = utf8_step(k, nd.byte);
         if (next >= 0) ok |= static_cast<std::uint8_t>(1u << k);
       }
-      for (std::size_t c = i + 1; c < n.end; c = nodes_[c].end) {
-        const node& ch = nodes_[c];
+      for (std::size_t c = i + 1; c < nd.end; c = nodes_[c].end) {
+        const summary& ch = summaries_[c];
         n.ascii[0] |= ch.ascii[0];
         n.ascii[1] |= ch.ascii[1];
         n.non_ascii = n.non_ascii || ch.non_ascii;
         for (int k = 0; k < 8; ++k) {
-          const int next = utf8_step(k, n.byte);
+          const int next = utf8_step(k, nd.byte);
           if (next < 0 || !((ch.utf8_ok >> next) & 1)) ok &= static_cast<std::uint8_t>(~(1u << k));
         }
       }
@@ -171,6 +180,41 @@ class token_index {
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }  // the vocabulary's
   [[nodiscard]] std::span<const node> nodes() const noexcept { return nodes_; }
+  [[nodiscard]] std::span<const summary> summaries() const noexcept { return summaries_; }
+
+  // The tokens made only of the given ASCII bytes and, with non_ascii, of non-ASCII
+  // characters (valid UTF-8, a last one possibly unfinished): the tokens a state whose self
+  // loops are exactly those allows whatever else it does. Computed once per byte set (a walk
+  // of the trie) and kept; thread-safe.
+  [[nodiscard]] const std::vector<std::uint64_t>& loop_mask(std::array<std::uint64_t, 2> ascii,
+                                                            bool non_ascii) const {
+    const auto key = std::make_tuple(ascii[0], ascii[1], non_ascii);
+    const std::lock_guard<std::mutex> lock(loops_->mutex);
+    if (const auto it = loops_->masks.find(key); it != loops_->masks.end()) return it->second;
+    std::vector<std::uint64_t> m((size_ + 63) / 64, 0);
+    std::vector<int> dec(max_depth_ + 1, 0);
+    for (std::size_t i = 0; i < nodes_.size();) {
+      const node& nd = nodes_[i];
+      const int prev = dec[nd.depth - 1u];
+      int next = -1;
+      if (nd.byte < 0x80) {
+        if (prev == 0 && ((ascii[nd.byte >> 6] >> (nd.byte & 63)) & 1)) next = 0;
+      } else if (non_ascii) {
+        next = utf8_step(prev, nd.byte);
+      }
+      if (next < 0) {
+        i = nd.end;
+        continue;
+      }
+      dec[nd.depth] = next;
+      for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
+        const auto id = static_cast<std::uint32_t>(ids_[k]);
+        m[id >> 6] |= std::uint64_t{1} << (id & 63);
+      }
+      ++i;
+    }
+    return loops_->masks.emplace(key, std::move(m)).first->second;
+  }
   [[nodiscard]] std::span<const std::int32_t> ids() const noexcept { return ids_; }
   [[nodiscard]] std::span<const std::int32_t> eog() const noexcept { return eog_; }
   [[nodiscard]] std::size_t max_depth() const noexcept { return max_depth_; }
@@ -195,6 +239,12 @@ class token_index {
  private:
   std::size_t size_ = 0;
   std::vector<node> nodes_;
+  std::vector<summary> summaries_;  // by node
+  struct loop_cache {
+    std::mutex mutex;
+    std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint64_t>> masks;
+  };
+  std::unique_ptr<loop_cache> loops_ = std::make_unique<loop_cache>();  // movable index
   std::vector<std::int32_t> ids_;
   std::vector<std::int32_t> eog_;
   std::vector<std::string> bytes_;

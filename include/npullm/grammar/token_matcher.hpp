@@ -126,40 +126,6 @@ class token_grammar {
     return loops_[s];
   }
 
-  // The tokens made only of the loop's bytes (valid UTF-8, a last character possibly
-  // unfinished): all allowed from any state with that loop, whatever its stacks. Cached by
-  // loop.
-  const std::vector<std::uint64_t>& loop_mask(const loop_info& l) {
-    const auto key = std::make_tuple(l.ascii[0], l.ascii[1], l.non_ascii);
-    const auto it = loop_masks_.find(key);
-    if (it != loop_masks_.end()) return it->second;
-    std::vector<std::uint64_t> m(words_, 0);
-    const auto nodes = index_->nodes();
-    const auto ids = index_->ids();
-    std::vector<int> dec(index_->max_depth() + 1, 0);
-    for (std::size_t i = 0; i < nodes.size();) {
-      const token_index::node& nd = nodes[i];
-      const int prev = dec[nd.depth - 1u];
-      int next = -1;
-      if (nd.byte < 0x80) {
-        if (prev == 0 && ((l.ascii[nd.byte >> 6] >> (nd.byte & 63)) & 1)) next = 0;
-      } else if (l.non_ascii) {
-        next = token_index::utf8_step(prev, nd.byte);
-      }
-      if (next < 0) {
-        i = nd.end;
-        continue;
-      }
-      dec[nd.depth] = next;
-      for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
-        const auto id = static_cast<std::uint32_t>(ids[k]);
-        m[id >> 6] |= std::uint64_t{1} << (id & 63);
-      }
-      ++i;
-    }
-    return loop_masks_.emplace(key, std::move(m)).first->second;
-  }
-
   // The walk (see the top). From a state with many self loops, the tokens made only of loop
   // bytes come from loop_mask, and a subtree whose paths all stay in the loop (its bytes,
   // its UTF-8 validity, from a prefix that stayed in it) is skipped whole: inside a string
@@ -168,12 +134,13 @@ class token_grammar {
     const loop_info& l = loops_of(s);
     const bool fast = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= 48;
     if (fast) {
-      const auto& base = loop_mask(l);
+      const auto& base = index_->loop_mask(l.ascii, l.non_ascii);
       std::copy(base.begin(), base.end(), out.begin());
     } else {
       std::fill(out.begin(), out.end(), 0);
     }
     const auto nodes = index_->nodes();
+    const auto sums = index_->summaries();
     const auto ids = index_->ids();
     states_[0] = s;
     dec_[0] = 0;
@@ -182,8 +149,8 @@ class token_grammar {
     for (std::size_t i = 0; i < n;) {
       const token_index::node& nd = nodes[i];
       const int prev = dec_[nd.depth - 1u];
-      if (fast && prev == 0 && (nd.ascii[0] & l0) == 0 && (nd.ascii[1] & l1) == 0 &&
-          (!nd.non_ascii || (l.non_ascii && (nd.utf8_ok & 1)))) {
+      if (fast && prev == 0 && (sums[i].ascii[0] & l0) == 0 && (sums[i].ascii[1] & l1) == 0 &&
+          (!sums[i].non_ascii || (l.non_ascii && (sums[i].utf8_ok & 1)))) {
         i = nd.end;  // all in loop_mask
         continue;
       }
@@ -223,7 +190,6 @@ class token_grammar {
   std::vector<state_id> states_;  // the walk's state per trie depth
   std::vector<int> dec_;          // the walk's loop-path UTF-8 state per depth (-1: left it)
   std::vector<loop_info> loops_;  // by state
-  std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint64_t>> loop_masks_;
   std::unordered_map<state_id, std::size_t> cache_;
   std::vector<std::uint64_t> masks_;  // cached masks, words_ each
 };
