@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
     std::map<std::string, totals> splits;
     totals all;
     std::map<std::string, std::size_t> reasons;
+    std::vector<std::pair<double, std::string>> slowest;  // per file: its slowest mask
     for (const auto& f : chosen) {
       npullm::maskbench::file_result r;
       try {
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
         ++splits[npullm::maskbench::split_of(f.filename().string())].crashes;
         continue;
       }
+      if (!r.tbm_us.empty())
+        slowest.emplace_back(*std::max_element(r.tbm_us.begin(), r.tbm_us.end()), r.name);
       add(splits[r.split], r);
       add(all, r);
       if (!r.compiled) {
@@ -166,6 +169,10 @@ int main(int argc, char** argv) {
       }
     }
     if (verbose) {
+      std::sort(slowest.rbegin(), slowest.rend());
+      std::printf("\nslowest masks (us, file):\n");
+      for (std::size_t k = 0; k < slowest.size() && k < 15; ++k)
+        std::printf("%10.1f  %s\n", slowest[k].first, slowest[k].second.c_str());
       std::vector<std::pair<std::size_t, std::string>> top;
       for (const auto& [k, n] : reasons) top.emplace_back(n, k);
       std::sort(top.rbegin(), top.rend());

@@ -84,6 +84,8 @@ class byte_automaton {
   }
   // Whether bytes of the grammar may still follow (some stack is waiting on a class).
   [[nodiscard]] bool can_continue(state_id s) const noexcept { return states_[s].count > 0; }
+  // Whether s is between characters (no UTF-8 character half read).
+  [[nodiscard]] bool between_characters(state_id s) const noexcept { return states_[s].need == 0; }
   // Whether s is between characters and each of its stacks takes every non-ASCII code point
   // or none: then every non-ASCII character leads from s to one same state.
   [[nodiscard]] bool uniform_non_ascii(state_id s) const noexcept {

@@ -111,6 +111,7 @@ class token_grammar {
   // character does (inside a JSON string: all but '"', '\\' and controls, and all of them).
   struct loop_info {
     bool known = false;
+    bool big = false;  // enough loop bytes for the walk to use them
     std::array<std::uint64_t, 2> ascii{};
     bool non_ascii = false;
   };
@@ -119,11 +120,13 @@ class token_grammar {
     loop_info& l = loops_[s];
     if (l.known) return l;
     l.known = true;
+    if (!automaton_.between_characters(s)) return l;
     for (unsigned b = 0; b < 128; ++b)
       if (automaton_.next(s, static_cast<unsigned char>(b)) == s)
         l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
     l.non_ascii = automaton_.uniform_non_ascii(s) && automaton_.next(s, "\xc2\x80") == s;
-    return loops_[s];
+    l.big = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= 48;
+    return l;
   }
 
   // The walk (see the top). From a state with many self loops, the tokens made only of loop
@@ -131,8 +134,8 @@ class token_grammar {
   // its UTF-8 validity, from a prefix that stayed in it) is skipped whole: inside a string
   // the walk visits only tokens with a quote, a backslash or a control byte.
   void compute(state_id s, std::span<std::uint64_t> out) {
-    const loop_info& l = loops_of(s);
-    const bool fast = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= 48;
+    const loop_info l = loops_of(s);  // a copy: loops_ grows below
+    const bool fast = l.big;
     if (fast) {
       const auto& base = index_->loop_mask(l.ascii, l.non_ascii);
       std::copy(base.begin(), base.end(), out.begin());
@@ -154,7 +157,25 @@ class token_grammar {
         i = nd.end;  // all in loop_mask
         continue;
       }
-      const state_id t = automaton_.next(states_[nd.depth - 1u], nd.byte);
+      // A state met on the way with many self loops (a free key after its first character):
+      // a subtree that stays in its loop is allowed whole, its tokens a contiguous run.
+      const state_id p = states_[nd.depth - 1u];
+      if (nd.depth > 1 && nd.depth <= 4 && p != s) {
+        const loop_info& lp = loops_of(p);
+        if (lp.big && (sums[i].ascii[0] & ~lp.ascii[0]) == 0 &&
+            (sums[i].ascii[1] & ~lp.ascii[1]) == 0 &&
+            (!sums[i].non_ascii || (lp.non_ascii && (sums[i].utf8_ok & 1)))) {
+          const std::uint32_t end =
+              nd.end < n ? nodes[nd.end].tok_begin : static_cast<std::uint32_t>(ids.size());
+          for (std::uint32_t k = nd.tok_begin; k < end; ++k) {
+            const auto id = static_cast<std::uint32_t>(ids[k]);
+            out[id >> 6] |= std::uint64_t{1} << (id & 63);
+          }
+          i = nd.end;
+          continue;
+        }
+      }
+      const state_id t = automaton_.next(p, nd.byte);
       if (t == byte_automaton::dead) {
         i = nd.end;
         continue;
