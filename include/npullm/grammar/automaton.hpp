@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -65,6 +66,10 @@ class byte_automaton {
     const std::size_t i = static_cast<std::size_t>(s) * 256 + b;
     const std::uint32_t t = trans_[i];
     if (t != unknown) return t;
+    if (b < 0x80 && states_[s].need == 0) {
+      fill_ascii(s);
+      return trans_[i];
+    }
     const state_id r = compute(s, b);
     trans_[i] = r;
     return r;
@@ -239,6 +244,39 @@ class byte_automaton {
     }
     if (out.empty()) return dead;
     return intern(out, false, need, len, all_or_none ? any_value : value);
+  }
+
+  // All 128 ASCII transitions of s at once: bytes that the same stacks take lead to the same
+  // state, so one advance per distinct set of taking stacks (inside a string: a handful for
+  // the 128 bytes) instead of one per byte.
+  void fill_ascii(state_id s) {
+    const state_info st = states_[s];
+    const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
+                                         state_frames_.begin() + st.begin + st.count);
+    const std::size_t words = (cur.size() + 63) / 64;
+    std::map<std::vector<std::uint64_t>, state_id> by_takers;
+    std::vector<std::uint64_t> takers(words);
+    for (unsigned b = 0; b < 128; ++b) {
+      std::fill(takers.begin(), takers.end(), 0);
+      bool any = false;
+      for (std::size_t k = 0; k < cur.size(); ++k) {
+        if (g_.classes[g_.elements[frames_[cur[k]].pos].value].contains(b)) {
+          takers[k >> 6] |= std::uint64_t{1} << (k & 63);
+          any = true;
+        }
+      }
+      state_id r = dead;
+      if (any) {
+        const auto it = by_takers.find(takers);
+        if (it != by_takers.end()) {
+          r = it->second;
+        } else {
+          r = advance(cur, b);
+          by_takers.emplace(takers, r);
+        }
+      }
+      trans_[static_cast<std::size_t>(s) * 256 + b] = r;
+    }
   }
 
   state_id compute(state_id s, unsigned char b) {
