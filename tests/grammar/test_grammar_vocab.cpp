@@ -124,6 +124,40 @@ TEST(grammar_vocab, tokens_across_boundaries_and_split_utf8) {
   EXPECT_TRUE(b.can_end());
 }
 
+// SentencePiece's byte-fallback tokens (<0xE6> ...) stand for their byte: a character the
+// vocabulary has no token for is written byte by byte, each byte token allowed only where the
+// grammar takes that byte; "▁" pieces are spaces.
+TEST(grammar_vocab, sentencepiece_byte_fallback) {
+  const fs::path spm = shared_dir / "vocab" / "ggml-vocab-llama-spm.gguf";
+  if (!fs::exists(spm)) GTEST_SKIP() << spm << " is absent: Llama 2's SentencePiece vocabulary";
+  const auto tok = npullm::text::tokenizer::from_gguf(spm);
+  auto index = std::make_shared<const token_index>(token_index::of(tok));
+  auto g =
+      std::make_shared<token_grammar>(parse_gbnf("root ::= \" \" [\u4e00-\u9fff]+ \"\\n\""), index);
+  const auto e6 = tok.find("<0xE6>"), x97 = tok.find("<0x97>"), a5 = tok.find("<0xA5>"),
+             nl = tok.find("<0x0A>"), sp = tok.find("\xe2\x96\x81");
+  ASSERT_TRUE(e6 && x97 && a5 && nl && sp);
+  EXPECT_EQ(index->bytes(*e6), "\xe6");
+  token_matcher m(g);
+  EXPECT_FALSE(mask_test(m.mask(), *e6));  // the space first
+  m.accept(*sp);
+  auto mask = m.mask();
+  EXPECT_TRUE(mask_test(mask, *e6));
+  EXPECT_FALSE(mask_test(mask, *x97));  // a continuation byte cannot start a character
+  EXPECT_FALSE(mask_test(mask, *nl));   // one CJK character at least
+  m.accept(*e6);
+  m.accept(*x97);
+  EXPECT_FALSE(m.can_end());
+  mask = m.mask();
+  EXPECT_TRUE(mask_test(mask, *a5));
+  EXPECT_FALSE(mask_test(mask, *nl));  // inside a character
+  m.accept(*a5);                       // U+65E5
+  EXPECT_TRUE(mask_test(m.mask(), *nl));
+  m.accept(*nl);
+  EXPECT_TRUE(m.can_end());
+  EXPECT_TRUE(mask_test(m.mask(), tok.vocab().eos));
+}
+
 TEST(grammar_vocab, maskbench_sample_has_no_invalidation_errors) {
   NEED_VOCAB();
   const fs::path dir = shared_dir / "vectors" / "maskbench";

@@ -120,7 +120,8 @@ class token_grammar {
     loop_info& l = loops_[s];
     if (l.known) return l;
     l.known = true;
-    if (!automaton_.between_characters(s)) return l;
+    // The dead state leads to itself on every byte, but allows nothing.
+    if (s == byte_automaton::dead || !automaton_.between_characters(s)) return l;
     for (unsigned b = 0; b < 128; ++b)
       if (automaton_.next(s, static_cast<unsigned char>(b)) == s)
         l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
