@@ -7,6 +7,7 @@
 //              [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]
 //              [-l TOKEN(+|-)BIAS ...] [--stop TEXT ...] [-t threads] [-c context]
 //              [--vocab VOCAB.gguf] [--chat-template-file F] [--chat-template-kwargs JSON]
+//              [--grammar GBNF | --grammar-file F | -j SCHEMA]
 //
 //   -m DIR        a Hugging Face directory (config.json + safetensors, read by
 //                 model_weights::load; its torch_dtype is the weight type). Its tokenizer.json
@@ -30,6 +31,10 @@
 //                 --repeat-last-n tokens of the context (prompt and generated text), as
 //                 llama.cpp's flags of the same names (batch/sampler.hpp's sampler_config)
 //   -c            KV capacity in tokens (default: prompt + n); -n and -c at most 2^31 - 1
+//   --grammar GBNF, --grammar-file F, -j / --json-schema SCHEMA   constrained output: only
+//                 tokens the GBNF grammar (llama.cpp's syntax) or the JSON Schema allows are
+//                 sampled (grammar/, batch/grammar_processor.hpp); EOS only where it may end;
+//                 JSON with json.dumps' separators ", " and ": " and no other whitespace
 //   -t            threads, 1..1024 (default: the hardware threads)
 // Numbers must be whole values in their flag's range (examples/cli.hpp): "-n 40x", "-t 0" or
 // "--top-p 2" is refused naming the flag and the value, before anything loads.
@@ -45,6 +50,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <new>
 #include <optional>
 #include <random>
@@ -54,12 +60,15 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "npullm/batch/grammar_processor.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/stop_strings.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/weights.hpp"
+#include "npullm/grammar/gbnf.hpp"
+#include "npullm/grammar/json_schema.hpp"
 #include "npullm/text/chat_template.hpp"
 #include "npullm/text/detokenizer.hpp"
 #include "npullm/text/tokenizer.hpp"
@@ -103,6 +112,9 @@ struct options {
   std::size_t threads =
       std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, cli::max_threads);
   std::size_t context = 0;
+  std::optional<std::string> grammar;      // --grammar / --grammar-file: GBNF text
+  std::optional<std::string> json_schema;  // -j / --json-schema
+  std::shared_ptr<npullm::grammar::token_grammar> constraint;  // built from one of them
 };
 
 void usage(const char* argv0) {
@@ -111,7 +123,8 @@ void usage(const char* argv0) {
       "          [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]\n"
       "          [--repeat-last-n 64] [--frequency-penalty 0] [--presence-penalty 0] [--seed N]\n"
       "          [-l TOKEN(+|-)BIAS ...] [--stop TEXT ...] [-t threads] [-c context]\n"
-      "          [--vocab VOCAB.gguf] [--chat-template-file F] [--chat-template-kwargs JSON]\n\n"
+      "          [--vocab VOCAB.gguf] [--chat-template-file F] [--chat-template-kwargs JSON]\n"
+      "          [--grammar GBNF | --grammar-file F | -j SCHEMA]\n\n"
       "Generates text with a GGUF model (or a Hugging Face directory with a GGUF vocabulary:\n"
       "--vocab or DIR/vocab.gguf), streaming it, then prints tokens/s.\n"
       "  --chat            the prompt as a user message in the file's chat template\n"
@@ -123,7 +136,9 @@ void usage(const char* argv0) {
       "  -l, --logit-bias TOKEN+BIAS or TOKEN-BIAS: add BIAS to token TOKEN's logit\n"
       "                    (repeatable; TOKEN-inf bans it)\n"
       "  --stop TEXT       stop where TEXT first appears in the output (repeatable)\n"
-      "  -t threads        1..1024; -c context: KV tokens (default: prompt + n)\n",
+      "  -t threads        1..1024; -c context: KV tokens (default: prompt + n)\n"
+      "  --grammar GBNF, --grammar-file F: output in a GBNF grammar (llama.cpp's syntax)\n"
+      "  -j, --json-schema SCHEMA: output a JSON value the schema accepts\n",
       argv0);
 }
 
@@ -240,7 +255,9 @@ int generate(const options& o, const npullm::text::tokenizer& tok,
   const std::uint64_t seed = o.seed ? *o.seed : std::random_device{}();
   if (!o.seed && o.temperature > 0.0f)
     std::fprintf(stderr, "npullm_run: seed %llu\n", static_cast<unsigned long long>(seed));
-  npullm::batch::sampler sampler(sampling(o), seed);
+  auto chain = sampling(o);
+  if (o.constraint) chain.processor = npullm::batch::grammar_processor(o.constraint, prompt.size());
+  npullm::batch::sampler sampler(std::move(chain), seed);
   // The penalties' context: the prompt, then every token chosen.
   std::vector<std::int32_t> context(prompt);
   // Ids past the tokenizer (an embedding padded to a round size) are never sampled.
@@ -362,6 +379,15 @@ int main(int argc, char** argv) {
         o.stop.push_back(std::move(stop));
       } else if (a == "-t" || a == "--threads") {
         o.threads = cli::integer<std::size_t>(a, value(), "threads", 1, cli::max_threads);
+      } else if (a == "--grammar" || a == "--grammar-file" || a == "-j" || a == "--json-schema") {
+        if (o.grammar || o.json_schema) cli::refuse(a, argv[i], "only one grammar or schema");
+        std::string text = value();
+        if (a == "--grammar-file") {
+          std::ifstream in(text, std::ios::binary);
+          if (!in) cli::refuse(a, text, "cannot read the file");
+          text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        (a == "-j" || a == "--json-schema" ? o.json_schema : o.grammar) = std::move(text);
       } else if (a == "-c" || a == "--ctx-size") {
         o.context = cli::integer<std::size_t>(a, value(), "context", 0, max_tokens);
       } else {
@@ -402,6 +428,14 @@ int main(int argc, char** argv) {
                      b.flag.c_str(), b.text.c_str(), b.bias.token, tok.size());
         return 1;
       }
+    }
+    if (o.grammar || o.json_schema) {
+      auto g = o.grammar ? npullm::grammar::parse_gbnf(*o.grammar)
+                         : npullm::grammar::json_schema_grammar(
+                               *o.json_schema, {npullm::grammar::json_whitespace::separators});
+      o.constraint = std::make_shared<npullm::grammar::token_grammar>(
+          std::move(g), std::make_shared<const npullm::grammar::token_index>(
+                            npullm::grammar::token_index::of(tok)));
     }
     std::string text = o.prompt;
     if (o.chat) {

@@ -62,7 +62,15 @@
 #include "npullm/model/synthetic.hpp"
 #include "npullm/model/weights.hpp"
 
+#include "npullm/grammar/automaton.hpp"
+#include "npullm/grammar/gbnf.hpp"
+#include "npullm/grammar/grammar.hpp"
+#include "npullm/grammar/json_schema.hpp"
+#include "npullm/grammar/token_index.hpp"
+#include "npullm/grammar/token_matcher.hpp"
+
 #include "npullm/batch/generate.hpp"
+#include "npullm/batch/grammar_processor.hpp"
 #include "npullm/batch/inputs.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/scorer.hpp"

@@ -216,3 +216,24 @@ if(rc EQUAL 0 OR NOT err MATCHES "--vocab VOCAB.gguf" OR NOT err MATCHES "tokeni
   fail("-m <directory> without a GGUF vocabulary was not refused saying what it needs "
        "(exit ${rc}):\n${err}")
 endif()
+
+# ---- constrained output: a GBNF grammar and a JSON Schema (sampled, so that an unconstrained
+# model would wander): the text is in the grammar / parses as the schema says; a malformed
+# grammar is refused naming its line and column ----------------------------------------------
+execute_process(COMMAND ${RUN} -m ${GGUF} -p "Answer:" -n 20 --temp 1.5 --seed 5 -t 1
+                        --grammar "root ::= (\"yes\" | \"no\") \"!\""
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^Answer:(yes|no)!\n$")
+  fail("--grammar did not constrain the output to 'yes!' or 'no!' (exit ${rc}):\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${RUN} -m ${GGUF} -p "" -n 60 --temp 1.5 --seed 7 -t 1 -j
+                        "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 10, \"maximum\": 99}}, \"required\": [\"n\"], \"additionalProperties\": false}"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^{\"n\": [1-9][0-9]}\n$")
+  fail("-j did not give {\"n\": <10..99>} (exit ${rc}):\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${RUN} -m ${GGUF} -p "x" --grammar "root ::= [a-"
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "GBNF line 1, column 13")
+  fail("a malformed --grammar was not refused naming line and column (exit ${rc}):\n${err}")
+endif()

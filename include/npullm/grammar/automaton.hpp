@@ -1,0 +1,324 @@
+// automaton: a grammar (grammar.hpp) run over bytes as a lazily built deterministic automaton.
+//
+// The matcher is a pushdown over the flat grammar: a stack is a chain of frames
+// (position, parent frame), interned so that one frame id names a whole stack; a parse state is
+// the set of stacks whose top position is a character class, plus `accept` when the grammar
+// can end there. Moving past an element "settles" a stack: a reference pushes a frame and
+// enters every alternative of the rule (a reference last in its alternative pushes nothing: it
+// continues with its caller's parent, so x* stays flat); the end of an alternative pops to
+// the caller's next position; popping the root sets accept. Left recursion is refused by the
+// grammar builder, so settling ends; tail cycles are cut by visiting each (position, parent)
+// once per step.
+//
+// Bytes: a state also holds a partial UTF-8 character (the bytes of a code point seen so far).
+// A lead or continuation byte keeps only the stacks whose class holds some code point with
+// that prefix; the last byte moves them past the class. Invalid UTF-8 (stray continuation,
+// overlong, surrogate, past U+10FFFF) is dead.
+//
+// Each (state, byte) transition is computed once and cached, so a parse state is a 32-bit id and
+// a byte is one table lookup after warm-up: what the token masks walk (token_matcher.hpp).
+// States and frames are never freed: memory grows with the distinct states visited. A step
+// that would visit more than 200,000 (position, stack) pairs (a grammar so ambiguous that its
+// stacks multiply) throws capacity_exhausted, leaving the state as it was. Not
+// thread-safe: next() fills the caches (share one automaton per thread).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/error.hpp"
+#include "npullm/grammar/grammar.hpp"
+
+namespace npullm::grammar {
+
+class byte_automaton {
+ public:
+  using state_id = std::uint32_t;
+  static constexpr state_id dead = 0;  // no stack left: nothing more can match
+
+  explicit byte_automaton(grammar g) : g_(std::move(g)) {
+    if (g_.root >= g_.rule_alts.size())
+      raise(error_code::invalid_argument, "grammar: root rule ", g_.root, " of ",
+            g_.rule_alts.size());
+    intern({}, false, 0, 0, 0);  // dead
+    std::vector<std::uint32_t> out;
+    bool accept = false;
+    visited_.clear();
+    for (const std::uint32_t a : g_.rule_alts[g_.root]) settle(a, no_parent, out, accept);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    start_ = intern(out, accept, 0, 0, 0);
+  }
+
+  [[nodiscard]] state_id start() const noexcept { return start_; }
+
+  // The state after byte b (dead if b cannot come next).
+  state_id next(state_id s, unsigned char b) {
+    const std::size_t i = static_cast<std::size_t>(s) * 256 + b;
+    const std::uint32_t t = trans_[i];
+    if (t != unknown) return t;
+    if (b < 0x80 && states_[s].need == 0) {
+      fill_ascii(s);
+      return trans_[i];
+    }
+    const state_id r = compute(s, b);
+    trans_[i] = r;
+    return r;
+  }
+  // The state after the bytes (dead as soon as one cannot come next).
+  state_id next(state_id s, std::string_view bytes) {
+    for (const char c : bytes) {
+      if (s == dead) return dead;
+      s = next(s, static_cast<unsigned char>(c));
+    }
+    return s;
+  }
+
+  // Whether the text so far is a whole sentence of the grammar.
+  [[nodiscard]] bool can_end(state_id s) const noexcept {
+    return states_[s].accept && states_[s].need == 0;
+  }
+  // Whether bytes of the grammar may still follow (some stack is waiting on a class).
+  [[nodiscard]] bool can_continue(state_id s) const noexcept { return states_[s].count > 0; }
+  // Whether s is between characters (no UTF-8 character half read).
+  [[nodiscard]] bool between_characters(state_id s) const noexcept { return states_[s].need == 0; }
+  // Whether s is between characters and each of its stacks takes every non-ASCII code point
+  // or none: then every non-ASCII character leads from s to one same state.
+  [[nodiscard]] bool uniform_non_ascii(state_id s) const noexcept {
+    const state_info& st = states_[s];
+    if (st.need != 0) return false;
+    for (std::uint32_t k = 0; k < st.count; ++k) {
+      const char_class& c = g_.classes[g_.elements[frames_[state_frames_[st.begin + k]].pos].value];
+      const bool all = c.contains_all(0x80, 0xD7FF) && c.contains_all(0xE000, max_code_point);
+      const bool none = !c.intersects(0x80, 0xD7FF) && !c.intersects(0xE000, max_code_point);
+      if (!all && !none) return false;
+    }
+    return true;
+  }
+  // Whether the whole of `text` is a sentence of the grammar.
+  [[nodiscard]] bool matches(std::string_view text) { return can_end(next(start_, text)); }
+
+  [[nodiscard]] std::size_t state_count() const noexcept { return states_.size(); }
+  [[nodiscard]] const grammar& rules() const noexcept { return g_; }
+
+ private:
+  static constexpr std::uint32_t unknown = 0xFFFFFFFFu;
+  static constexpr std::size_t max_visited = 200000;  // per step, see settle()
+  static constexpr std::uint32_t no_parent = 0xFFFFFFFFu;
+
+  struct frame {
+    std::uint32_t pos;     // an element position
+    std::uint32_t parent;  // frame id of the caller, or no_parent
+  };
+  struct state_info {
+    std::uint32_t begin = 0, count = 0;  // its frames in state_frames_
+    bool accept = false;
+    std::uint8_t need = 0;  // continuation bytes still expected
+    std::uint8_t len = 0;   // length of the UTF-8 sequence in progress
+    char32_t value = 0;     // its bits so far
+  };
+
+  std::uint32_t frame_id(std::uint32_t pos, std::uint32_t parent) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
+    const auto [it, inserted] = frame_ids_.emplace(key, static_cast<std::uint32_t>(frames_.size()));
+    if (inserted) frames_.push_back({pos, parent});
+    return it->second;
+  }
+
+  // Moves a stack to position pos (with parent) and collects the frames waiting on a class;
+  // a worklist, not recursion: nested nullable repetitions go deep.
+  void settle(std::uint32_t pos, std::uint32_t parent, std::vector<std::uint32_t>& out,
+              bool& accept) {
+    work_.clear();
+    work_.emplace_back(pos, parent);
+    while (!work_.empty()) {
+      auto [p, par] = work_.back();
+      work_.pop_back();
+      for (;;) {
+        const std::uint64_t key = (static_cast<std::uint64_t>(p) << 32) | par;
+        if (!visited_.insert(key).second) break;
+        if (visited_.size() > max_visited)
+          raise(error_code::capacity_exhausted, "grammar: more than ", max_visited,
+                " parse positions after one character (a very ambiguous grammar, such as nested "
+                "repetitions of optional parts)");
+        const element el = g_.elements[p];
+        if (el.kind == element::cls) {
+          out.push_back(frame_id(p, par));
+          break;
+        }
+        if (el.kind == element::end) {
+          if (par == no_parent) {
+            accept = true;
+            break;
+          }
+          const frame f = frames_[par];
+          p = f.pos + 1;
+          par = f.parent;
+          continue;
+        }
+        // A reference: last in its alternative, it returns straight to our caller.
+        const bool tail = g_.elements[p + 1].kind == element::end;
+        const std::uint32_t callee_parent = tail ? par : frame_id(p, par);
+        for (const std::uint32_t a : g_.rule_alts[el.value]) work_.emplace_back(a, callee_parent);
+        break;
+      }
+    }
+  }
+
+  state_id intern(const std::vector<std::uint32_t>& frames, bool accept, std::uint8_t need,
+                  std::uint8_t len, char32_t value) {
+    std::string key(frames.size() * 4 + 8, '\0');
+    if (!frames.empty()) std::memcpy(key.data(), frames.data(), frames.size() * 4);
+    char* tail = key.data() + frames.size() * 4;
+    tail[0] = static_cast<char>(accept);
+    tail[1] = static_cast<char>(need);
+    tail[2] = static_cast<char>(len);
+    std::memcpy(tail + 4, &value, 4);
+    const auto [it, inserted] = state_ids_.emplace(std::move(key), 0);
+    if (!inserted) return it->second;
+    const auto id = static_cast<state_id>(states_.size());
+    it->second = id;
+    state_info st;
+    st.begin = static_cast<std::uint32_t>(state_frames_.size());
+    st.count = static_cast<std::uint32_t>(frames.size());
+    st.accept = accept;
+    st.need = need;
+    st.len = len;
+    st.value = value;
+    state_frames_.insert(state_frames_.end(), frames.begin(), frames.end());
+    states_.push_back(st);
+    trans_.resize(trans_.size() + 256, unknown);
+    return id;
+  }
+
+  // The stacks of cur moved past code point cp (any_cp: every one of them takes it).
+  state_id advance(const std::vector<std::uint32_t>& cur, char32_t cp, bool any_cp = false) {
+    std::vector<std::uint32_t>& out = scratch_;
+    out.clear();
+    bool accept = false;
+    visited_.clear();
+    for (const std::uint32_t f : cur) {
+      const frame fr = frames_[f];
+      if (any_cp || g_.classes[g_.elements[fr.pos].value].contains(cp))
+        settle(fr.pos + 1, fr.parent, out, accept);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    if (out.empty() && !accept) return dead;
+    return intern(out, accept, 0, 0, 0);
+  }
+
+  // The stacks of cur whose class holds a code point with the given UTF-8 prefix. When the
+  // prefix's code points are all valid and each stack's class holds all of them or none, the
+  // exact bits no longer matter: the state keeps `any_value` instead, so that the many lead
+  // bytes inside a JSON string share one state per length instead of one each.
+  state_id partial(const std::vector<std::uint32_t>& cur, std::uint8_t need, std::uint8_t len,
+                   char32_t value) {
+    static constexpr char32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    std::vector<std::uint32_t> out;
+    if (value == any_value) {
+      return intern(cur, false, need, len, any_value);  // a sub-range of a range all held
+    }
+    const unsigned shift = 6u * need;
+    const char32_t raw_lo = value << shift;
+    const char32_t raw_hi = raw_lo | ((char32_t{1} << shift) - 1);
+    const char32_t lo = std::max(raw_lo, min_of_len[len]);
+    const char32_t hi = std::min(raw_hi, max_code_point);
+    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return dead;
+    const bool all_valid = lo == raw_lo && hi == raw_hi && (hi < 0xD800 || lo > 0xDFFF);
+    bool all_or_none = all_valid;
+    for (const std::uint32_t f : cur) {
+      const char_class& c = g_.classes[g_.elements[frames_[f].pos].value];
+      if (!c.intersects(lo, hi)) continue;
+      out.push_back(f);
+      if (all_or_none && !c.contains_all(lo, hi)) all_or_none = false;
+    }
+    if (out.empty()) return dead;
+    return intern(out, false, need, len, all_or_none ? any_value : value);
+  }
+
+  // All 128 ASCII transitions of s at once: bytes that the same stacks take lead to the same
+  // state, so one advance per distinct set of taking stacks (inside a string: a handful for
+  // the 128 bytes) instead of one per byte.
+  void fill_ascii(state_id s) {
+    const state_info st = states_[s];
+    const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
+                                         state_frames_.begin() + st.begin + st.count);
+    const std::size_t words = (cur.size() + 63) / 64;
+    std::map<std::vector<std::uint64_t>, state_id> by_takers;
+    std::vector<std::uint64_t> takers(words);
+    for (unsigned b = 0; b < 128; ++b) {
+      std::fill(takers.begin(), takers.end(), 0);
+      bool any = false;
+      for (std::size_t k = 0; k < cur.size(); ++k) {
+        if (g_.classes[g_.elements[frames_[cur[k]].pos].value].contains(b)) {
+          takers[k >> 6] |= std::uint64_t{1} << (k & 63);
+          any = true;
+        }
+      }
+      state_id r = dead;
+      if (any) {
+        const auto it = by_takers.find(takers);
+        if (it != by_takers.end()) {
+          r = it->second;
+        } else {
+          r = advance(cur, b);
+          by_takers.emplace(takers, r);
+        }
+      }
+      trans_[static_cast<std::size_t>(s) * 256 + b] = r;
+    }
+  }
+
+  state_id compute(state_id s, unsigned char b) {
+    const state_info st = states_[s];
+    const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
+                                         state_frames_.begin() + st.begin + st.count);
+    if (cur.empty()) return dead;
+    if (st.need == 0) {
+      if (b < 0x80) return advance(cur, b);
+      if (b >= 0xC2 && b <= 0xDF) return partial(cur, 1, 2, b & 0x1F);
+      if (b >= 0xE0 && b <= 0xEF) return partial(cur, 2, 3, b & 0x0F);
+      if (b >= 0xF0 && b <= 0xF4) return partial(cur, 3, 4, b & 0x07);
+      return dead;
+    }
+    if ((b & 0xC0) != 0x80) return dead;
+    const auto need = static_cast<std::uint8_t>(st.need - 1);
+    if (st.value == any_value) {
+      if (need > 0) return partial(cur, need, st.len, any_value);
+      return advance(cur, 0, true);
+    }
+    const char32_t value = (st.value << 6) | (b & 0x3F);
+    if (need > 0) return partial(cur, need, st.len, value);
+    static constexpr char32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (value < min_of_len[st.len] || value > max_code_point ||
+        (value >= 0xD800 && value <= 0xDFFF))
+      return dead;
+    return advance(cur, value);
+  }
+
+  static constexpr char32_t any_value = 0xFFFFFFFFu;  // see partial()
+
+  grammar g_;
+  state_id start_ = dead;
+  std::vector<frame> frames_;
+  std::unordered_map<std::uint64_t, std::uint32_t> frame_ids_;
+  std::vector<state_info> states_;
+  std::vector<std::uint32_t> state_frames_;
+  std::unordered_map<std::string, state_id> state_ids_;
+  std::vector<std::uint32_t> trans_;  // (state, byte) -> state, `unknown` until computed
+  std::unordered_set<std::uint64_t> visited_;
+  std::vector<std::uint32_t> scratch_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> work_;  // settle's (position, parent)
+};
+
+}  // namespace npullm::grammar

@@ -1,0 +1,524 @@
+// The grammar layer without a vocabulary file: the GBNF parser (llama.cpp's example grammars
+// from ../shared/vectors/grammars, malformed text with line and column), the byte automaton
+// (partial UTF-8, classes, repetitions), the token matcher over a small made-up vocabulary
+// (masks against a brute-force reference, EOG, control tokens, rollback, fork).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "npullm/batch/grammar_processor.hpp"
+#include "npullm/batch/sampler.hpp"
+#include "npullm/grammar/gbnf.hpp"
+#include "npullm/grammar/json_schema.hpp"
+#include "npullm/grammar/token_matcher.hpp"
+
+#define NPULLM_GRAMMAR_FUZZ_NO_ENTRY
+#include "grammar/fuzz_grammar.cpp"
+
+namespace {
+
+using namespace npullm::grammar;
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool matches(std::string_view gbnf, std::string_view text) {
+  byte_automaton a(parse_gbnf(gbnf));
+  return a.matches(text);
+}
+
+// The message of the npullm::error that f throws ("" if none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), npullm::error_code::invalid_argument) << e.what();
+    return std::string(e.message());
+  }
+  return "";
+}
+
+TEST(gbnf, llama_cpp_example_grammars_parse_and_run) {
+  const fs::path dir = fs::path(NPULLM_SHARED_DIR) / "vectors" / "grammars";
+  if (!fs::exists(dir)) GTEST_SKIP() << dir << " is absent: llama.cpp's example grammars";
+  // One sentence each grammar must accept and one it must refuse.
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"arithmetic.gbnf", "a=(1+b *2)\nx=y\n", "a=1+2\n"},
+      {"c.gbnf", "int main(){int x = 1;return x;}", "int main(){return x}"},
+      {"chess.gbnf", "1. e4 e5\n2. Nf3 Nc6\n", "1. e4 e5\n"},
+      {"english.gbnf", "Hello, world!", "Hello\x01"},
+      {"japanese.gbnf", "\xe3\x81\x82\xe3\x82\xa2 \xe4\xb8\x80", "abc"},
+      {"json.gbnf", "{\"a\": [1, -2.5e3, \"x\\n\\u00e9\"], \"b\": {\"c\": null}}", "{\"a\": 01x}"},
+      {"json_arr.gbnf", "[\n{\"a\": 1},\n\"b\"]", "{\"a\": 1}"},
+      {"list.gbnf", "- one\n- two\n", "- one\r\n"},
+  };
+  std::size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".gbnf") continue;
+    ++n;
+    const std::string text = read_file(entry.path());
+    EXPECT_NO_THROW((void)parse_gbnf(text)) << entry.path();
+  }
+  EXPECT_EQ(n, cases.size());
+  for (const auto& [file, good, bad] : cases) {
+    byte_automaton a(parse_gbnf(read_file(dir / file)));
+    EXPECT_TRUE(a.matches(good)) << file << ": " << good;
+    EXPECT_FALSE(a.matches(bad)) << file << ": " << bad;
+  }
+}
+
+TEST(gbnf, syntax) {
+  EXPECT_TRUE(matches(R"(root ::= "a" b+ c? d* # comment
+b ::= [x-z]
+c ::= "!"
+d ::= "."
+)",
+                      "axyz!.."));
+  EXPECT_TRUE(matches("root ::= [^a-c]{2,3}", "dé"));
+  EXPECT_FALSE(matches("root ::= [^a-c]{2,3}", "da"));
+  EXPECT_FALSE(matches("root ::= [^a-c]{2,3}", "dddd"));
+  EXPECT_TRUE(matches("root ::= \"x\"{3}", "xxx"));
+  EXPECT_FALSE(matches("root ::= \"x\"{3}", "xx"));
+  EXPECT_TRUE(matches("root ::= \"x\"{2,}", "xxxxx"));
+  EXPECT_FALSE(matches("root ::= \"x\"{2,}", "x"));
+  EXPECT_TRUE(matches("root ::= \"x\"{,2}", ""));
+  EXPECT_FALSE(matches("root ::= \"x\"{,2}", "xxx"));
+  EXPECT_TRUE(matches("root ::= (\"ab\" | \"c\")+ .", "abcab\xe2\x82\xac"));
+  EXPECT_TRUE(matches(R"(root ::= "\x41\u00e9\U0001F600\t\n\r\\\"\[\]")",
+                      "A\xc3\xa9\xf0\x9f\x98\x80\t\n\r\\\"[]"));
+  EXPECT_TRUE(matches(R"(root ::= [\x00-\x1F\]\\-]+)", "\x01]\\-"));
+  EXPECT_TRUE(matches("root ::= | \"a\"", ""));
+  EXPECT_TRUE(matches("root ::= (\n  \"a\" |\n  \"b\"\n)\nother ::= \"c\"", "b"));
+  // Tail cycles that consume nothing are fine: (x?)* and nested stars.
+  EXPECT_TRUE(matches("root ::= (\"a\"?)* \"b\"", "aab"));
+  EXPECT_TRUE(matches("root ::= ((\"a\")*)* \"b\"", "b"));
+}
+
+TEST(gbnf, malformed_grammars_name_line_and_column) {
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"a\"\nb ::= [a-"); }),
+            "GBNF line 2, column 10: unterminated character class");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"abc"); }),
+            "GBNF line 1, column 14: unterminated string literal");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= x\n"); }),
+            "GBNF line 1, column 10: rule 'x' is referenced but never defined");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"\\q\""); }),
+            "GBNF line 1, column 11: unknown escape '\\q'");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root = \"a\""); }),
+            "GBNF line 1, column 6: expected '::=' after rule name 'root'");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= (\"a\""); }),
+            "GBNF line 1, column 14: expected ')'");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"a\"{3,1}"); }),
+            "GBNF line 1, column 18: repetition {3,1} has max < min");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"a\"\nroot ::= \"b\""); }),
+            "GBNF line 2, column 1: rule 'root' is defined twice");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("a ::= \"a\""); }), "GBNF: no rule named 'root'");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"\\x4\""); }),
+            "GBNF line 1, column 11: escape needs 2 hex digits");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= [z-a]"); }),
+            "GBNF line 1, column 14: character range end below its start");
+  EXPECT_EQ(error_of([] { (void)parse_gbnf("root ::= \"a\" )"); }),
+            "GBNF line 1, column 14: unexpected ')' in rule 'root'");
+  // Left recursion is refused (direct and through another rule), naming the rule.
+  EXPECT_NE(error_of([] {
+              (void)parse_gbnf("root ::= root \"x\" | \"y\"");
+            }).find("rule 'root' is left recursive"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              (void)parse_gbnf("root ::= a\na ::= b? c\nb ::= \"b\"\nc ::= a \"c\"");
+            }).find("left recursive"),
+            std::string::npos);
+}
+
+TEST(automaton, utf8_bytes_one_at_a_time) {
+  byte_automaton a(parse_gbnf("root ::= [\xe3\x81\x81-\xe3\x82\x9f]+ \"!\""));  // hiragana
+  auto s = a.start();
+  const std::string text = "\xe3\x81\x82\xe3\x82\x93!";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    s = a.next(s, static_cast<unsigned char>(text[i]));
+    ASSERT_NE(s, byte_automaton::dead) << i;
+    EXPECT_EQ(a.can_end(s), i + 1 == text.size()) << i;
+  }
+  // A lead byte whose characters are all outside the class is dead at once.
+  EXPECT_EQ(a.next(a.start(), static_cast<unsigned char>(0xE4)), byte_automaton::dead);
+  // Invalid UTF-8: stray continuation, overlong, surrogate.
+  byte_automaton any(parse_gbnf("root ::= .*"));
+  EXPECT_EQ(any.next(any.start(), "\x80"), byte_automaton::dead);
+  EXPECT_EQ(any.next(any.start(), "\xc0\x80"), byte_automaton::dead);
+  EXPECT_EQ(any.next(any.start(), "\xed\xa0\x80"), byte_automaton::dead);
+  EXPECT_EQ(any.next(any.start(), "\xf4\x90\x80\x80"), byte_automaton::dead);
+  EXPECT_TRUE(any.matches("\xf4\x8f\xbf\xbf"));
+  EXPECT_FALSE(any.can_end(any.next(any.start(), "\xe2\x82")));  // half a character
+}
+
+// A made-up vocabulary: id 0 EOS, 1 a control token, the rest byte strings.
+struct toy_vocab {
+  std::vector<std::optional<std::string>> bytes = {
+      std::nullopt, std::nullopt,   "a",        "b",    "ab", "ba",  "{", "}",
+      "{\"",        "\"",           "\":",      " ",    "1",  "12",  "x", "\xe2",
+      "\x82\xac",   "\xe2\x82\xac", "\xe2\x82", "\xac", "\n", "aaa", ","};
+  std::shared_ptr<token_index> index() const {
+    return std::make_shared<token_index>(bytes, std::vector<std::int32_t>{0});
+  }
+};
+
+// Allowed tokens by trying every token from the state: what a mask must equal.
+std::vector<std::uint64_t> brute_mask(token_grammar& g, token_grammar::state_id s) {
+  std::vector<std::uint64_t> m(g.words());
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(g.index().size()); ++id) {
+    if (g.next(s, id) != byte_automaton::dead) m[id >> 6] |= std::uint64_t{1} << (id & 63);
+  }
+  return m;
+}
+
+TEST(token_matcher, masks_equal_brute_force_along_a_parse) {
+  toy_vocab v;
+  auto g = std::make_shared<token_grammar>(
+      parse_gbnf("root ::= (\"a\" | \"b\")* (\"\xe2\x82\xac\" | \"12\")? \"\\n\""), v.index());
+  token_matcher m(g);
+  for (const std::int32_t id : {4, 5, 2, 15, 16}) {  // "ab" "ba" "a" "\xe2" "\x82\xac"
+    const auto mask = m.mask();
+    EXPECT_EQ(mask, brute_mask(*g, m.state()));
+    ASSERT_TRUE(mask_test(mask, id)) << id;
+    EXPECT_FALSE(mask_test(mask, 0));  // cannot end before "\n"
+    EXPECT_FALSE(mask_test(mask, 1));  // control: never
+    ASSERT_TRUE(m.try_accept(id));
+  }
+  EXPECT_FALSE(m.try_accept(2));  // "a" after the euro sign
+  EXPECT_EQ(m.accepted(), 5u);    // unchanged by the refusal
+  EXPECT_THROW(m.accept(3), npullm::error);
+  m.accept(20);  // "\n"
+  EXPECT_TRUE(m.can_end());
+  auto mask = m.mask();
+  EXPECT_TRUE(mask_test(mask, 0));  // EOS now
+  for (std::int32_t id = 1; id < 23; ++id) EXPECT_FALSE(mask_test(mask, id)) << id;
+  m.accept(0);
+  EXPECT_TRUE(m.finished());
+  mask = m.mask();
+  for (const auto w : mask) EXPECT_EQ(w, 0u);
+}
+
+TEST(token_matcher, brute_force_reference_on_json) {
+  const fs::path file = fs::path(NPULLM_SHARED_DIR) / "vectors" / "grammars" / "json.gbnf";
+  if (!fs::exists(file)) GTEST_SKIP() << file << " is absent";
+  toy_vocab v;
+  auto g = std::make_shared<token_grammar>(parse_gbnf(read_file(file)), v.index(), 0);
+  token_matcher m(g);
+  // {"ab": 12, "x": "\xe2\x82\xac"} in tokens, checking each mask against the reference.
+  const std::vector<std::int32_t> ids = {8, 4, 10, 11, 13, 22, 11, 9, 14, 10, 11, 9, 18, 19, 9, 7};
+  for (const std::int32_t id : ids) {
+    const auto mask = m.mask();
+    EXPECT_EQ(mask, brute_mask(*g, m.state())) << "before token " << id << " of " << m.accepted();
+    ASSERT_TRUE(m.try_accept(id)) << id;
+  }
+  EXPECT_TRUE(m.can_end());
+}
+
+TEST(token_matcher, rollback_and_fork) {
+  toy_vocab v;
+  auto g = std::make_shared<token_grammar>(parse_gbnf("root ::= \"ab\" (\"a\" | \"b\")* \"}\""),
+                                           v.index());
+  token_matcher m(g);
+  m.accept(4);  // ab
+  const auto before = m.mask();
+  token_matcher f = m.fork();
+  m.accept(2);
+  m.accept(7);
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.try_accept(2));
+  m.rollback(2);
+  EXPECT_EQ(m.accepted(), 1u);
+  EXPECT_EQ(m.mask(), before);
+  EXPECT_FALSE(m.can_end());
+  EXPECT_THROW(m.rollback(2), npullm::error);
+  EXPECT_EQ(m.accepted(), 1u);
+  // The fork went on its own way: unaffected by m's tokens.
+  f.accept(21);  // aaa
+  EXPECT_EQ(f.accepted(), 2u);
+  f.accept(7);
+  EXPECT_TRUE(f.can_end());
+  EXPECT_FALSE(m.can_end());
+  // The very first token may not be "}" nor a token with an invalid UTF-8 start.
+  token_matcher fresh(g);
+  EXPECT_FALSE(fresh.try_accept(7));
+  EXPECT_FALSE(fresh.try_accept(16));
+  EXPECT_THROW((void)fresh.try_accept(23), npullm::error);  // outside the vocabulary
+}
+
+// ---- JSON Schema ------------------------------------------------------------------------------
+
+// Whether the schema's grammar accepts the text.
+bool schema_accepts(std::string_view schema, std::string_view text, json_schema_options o = {}) {
+  byte_automaton a(json_schema_grammar(schema, o));
+  return a.matches(text);
+}
+
+struct schema_case {
+  const char* schema;
+  std::vector<const char*> good, bad;
+};
+
+TEST(json_schema, each_keyword_accepts_and_rejects) {
+  const std::vector<schema_case> cases = {
+      {R"({"type": "integer"})", {"0", "-12", "345"}, {"01", "1.0", "\"1\"", "-", "1e3"}},
+      {R"({"type": "number"})", {"0", "-1.5", "2e-05", "1E+20", "3"}, {"1.", ".5", "--1", "0x1"}},
+      {R"({"type": "string"})",
+       {R"("")", R"("a\"b\\c\u00e9\n")", "\"\xc3\xa9\""},
+       {R"("a)", "\"a\nb\"", R"("\x")", "1"}},
+      {R"({"type": "boolean"})", {"true", "false"}, {"null", "1", "True"}},
+      {R"({"type": "null"})", {"null"}, {"0", "\"null\""}},
+      {R"({"type": ["string", "null"]})", {"null", R"("x")"}, {"1"}},
+      {R"({"type": "integer", "minimum": -5, "maximum": 120})",
+       {"-5", "0", "9", "99", "100", "120", "-1"},
+       {"-6", "121", "200", "1000", "-10"}},
+      {R"({"type": "integer", "exclusiveMinimum": 0})", {"1", "10", "123456789"}, {"0", "-1"}},
+      {R"({"type": "integer", "minimum": 7, "exclusiveMaximum": 1000})",
+       {"7", "999", "70"},
+       {"6", "1000", "1001"}},
+      {R"({"type": "integer", "minimum": 10, "maximum": 12, "exclusiveMinimum": true})",
+       {"11", "12"},
+       {"10", "13"}},
+      {R"({"type": "string", "minLength": 2, "maxLength": 3})",
+       {R"("ab")", R"("a\nb")", "\"\xc3\xa9\xc3\xa9\""},
+       {R"("a")", R"("abcd")"}},
+      {R"({"type": "string", "pattern": "^[a-z]+-\\d{2,3}$"})",
+       {R"("ab-12")", R"("x-999")"},
+       {R"("ab-1")", R"("Ab-12")", R"("ab-1234")", R"(" ab-12")"}},
+      {R"({"type": "string", "pattern": "foo|^bar"})",
+       {R"("xxfooyy")", R"("barz")"},
+       {R"("xbar")", R"("fo")"}},
+      {R"({"type": "string", "pattern": "^(a|bc)*\"?$"})", {R"("abcbc")", R"("a\"")"}, {R"("b")"}},
+      {R"({"type": "string", "format": "date"})",
+       {R"("2024-02-29")", R"("1999-12-31")"},
+       {R"("2023-02-29")", R"("1999-13-01")", R"("1999-04-31")"}},
+      {R"({"type": "string", "format": "date-time"})",
+       {R"("2024-01-02T03:04:05Z")", R"("2024-01-02T03:04:05.123+05:30")"},
+       {R"("2024-01-02 03:04:05Z")", R"("2024-01-02T24:00:00Z")"}},
+      {R"({"type": "string", "format": "time"})", {R"("23:59:59Z")"}, {R"("23:59")"}},
+      {R"({"type": "string", "format": "uuid"})",
+       {R"("123e4567-e89b-12d3-a456-426614174000")"},
+       {R"("123e4567e89b12d3a456426614174000")"}},
+      {R"({"type": "string", "format": "email"})",
+       {R"("a.b@example.com")"},
+       {R"("ab.example.com")", R"("a@b")"}},
+      {R"({"type": "string", "format": "uri"})",
+       {R"("https://x.org/a?b=c#d")"},
+       {R"("no scheme")", R"("http://a b")"}},
+      {R"({"enum": ["red", 1, null, {"a": [true]}]})",
+       {R"("red")", "1", "null", R"({"a": [true]})", R"({"a":[true]})"},
+       {R"("blue")", "2", R"({"a": [false]})"}},
+      {R"({"type": "string", "enum": ["a", 1]})", {R"("a")"}, {"1"}},
+      {R"({"const": "x"})", {R"("x")"}, {R"("y")"}},
+      {R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})",
+       {"[1]", "[1, 2, 3]", "[ 1 ,2 ]"},
+       {"[]", "[1, 2, 3, 4]", "[1, \"a\"]", "[1,]"}},
+      {R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})",
+       {"[]", R"(["a"])", R"(["a", 1])"},
+       {R"(["a", 1, 2])", "[1]"}},
+      {R"({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "boolean"}, "minItems": 2})",
+       {R"(["a", true])", R"(["a", true, false])"},
+       {R"(["a"])", R"(["a", 1])"}},
+      {R"({"type": "array"})", {"[]", R"([1, "a", {"b": null}])"}, {"[", "{}"}},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"], "additionalProperties": false})",
+       {R"({"b": "x"})", R"({"a": 1, "b": "x"})", R"({ "a" : 1 , "b" : "x" })"},
+       {"{}", R"({"a": 1})", R"({"b": "x", "c": 1})", R"({"b": 1})",
+        R"({"a": 1, "a": 2, "b": "x"})"}},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}}})",
+       {"{}", R"({"a": 1})", R"({"a": 1, "z": [1]})", R"({"zz": "any"})"},
+       {R"({"a": "x"})", R"({"z": 1, "a": "x"})", "[]"}},
+      {R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+       {R"({"x": 1, "y": 2})", "{}"},
+       {R"({"x": "1"})"}},
+      {R"({"type": "object", "required": ["id"], "additionalProperties": {"type": "string"}})",
+       {R"({"id": "a", "n": "b"})"},
+       {R"({"id": 1})", "{}"}},
+      {R"({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]})",
+       {"1", R"("a")"},
+       {R"("ab")", "null"}},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "string"}]})", {"1", R"("a")"}, {"null"}},
+      {R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+       {R"({"a": 1, "b": "x"})"},
+       {R"({"a": 1})", R"({"b": "x"})", R"({"a": "1", "b": "x"})"}},
+      {R"({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 5}]})",
+       {"0", "5"},
+       {"-1", "6"}},
+      {R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"})",
+       {R"({"v": 1, "next": {"v": 2, "next": null}})"},
+       {R"({"v": 1, "next": {"v": 2}})", R"({"v": 1, "next": {"v": "2", "next": null}})"}},
+      {R"({"definitions": {"pos": {"type": "integer", "minimum": 1}}, "type": "array", "items": {"$ref": "#/definitions/pos"}})",
+       {"[1, 2]"},
+       {"[0]"}},
+      {R"({"type": "object", "properties": {"a": {"$ref": "#/properties/b"}, "b": {"type": "boolean"}}})",
+       {R"({"a": true})"},
+       {R"({"a": 1})"}},
+      {"true", {"1", R"({"a": [null]})"}, {"", "{"}},
+      // not: of a type, of one required name, of a not.
+      {R"({"not": {"type": ["string", "object"]}})", {"1", "null", "[]"}, {R"("a")", "{}"}},
+      {R"({"type": "object", "not": {"required": ["x"]}})", {"{}", R"({"y": 1})"}, {R"({"x": 1})"}},
+      {R"({"not": {"not": {"type": "integer"}}})", {"3"}, {"3.5", R"("3")"}},
+      // Number bounds that are whole numbers (no exponent then).
+      {R"({"type": "number", "minimum": 0, "maximum": 10})",
+       {"0", "0.5", "10", "10.0", "9.99"},
+       {"-0.5", "10.01", "11", "1e1"}},
+      {R"({"type": "number", "exclusiveMinimum": -2, "exclusiveMaximum": 3})",
+       {"-1.99", "-1", "0", "2.999"},
+       {"-2", "-2.0", "3", "3.0", "-2.5"}},
+      {R"({"type": "number", "minimum": 5})", {"5", "5.1", "123"}, {"4.99", "-5"}},
+      // oneOf made disjoint by narrowing: the discriminator required, or the other's
+      // required property forbidden.
+      {R"({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "x": {}}}, {"type": "object", "properties": {"k": {"const": "b"}}}]})",
+       {R"({"k": "a", "x": 1})", R"({"k": "b"})"},
+       {"{}", R"({"k": "c"})"}},
+      {R"({"oneOf": [{"type": "object", "required": ["r"]}, {"type": "object", "required": ["l", "w"]}]})",
+       {R"({"r": 1})", R"({"l": 1, "w": 2})"},
+       {R"({"r": 1, "l": 1, "w": 2})", "{}"}},
+      // Each alternative excludes every other as written: a value with both is in neither.
+      {R"({"type": "object", "properties": {"a": {}, "b": {}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]})",
+       {R"({"a": 1})", R"({"b": 2})"},
+       {R"({"a": 1, "b": 2})", "{}"}},
+      // enum beside other keywords: the values that satisfy them.
+      {R"({"enum": ["a", "abc", 5, 50], "maxLength": 2, "maximum": 10})",
+       {R"("a")", "5"},
+       {R"("abc")", "50"}},
+      {R"({"type": "object", "properties": {"x": false}})", {"{}", R"({"y": 1})"}, {R"({"x": 1})"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.schema);
+    byte_automaton a(json_schema_grammar(c.schema));
+    for (const char* t : c.good) EXPECT_TRUE(a.matches(t)) << "should accept " << t;
+    for (const char* t : c.bad) EXPECT_FALSE(a.matches(t)) << "should refuse " << t;
+  }
+}
+
+TEST(json_schema, whitespace_and_compact_mode) {
+  const char* s = R"({"type": "object", "properties": {"a": {"type": "array"}}})";
+  EXPECT_TRUE(schema_accepts(s, "{\n\t\"a\" :\r[ 1 , 2 ]\n}"));
+  EXPECT_FALSE(schema_accepts(s, " {}"));  // nothing before the value, nor after it
+  EXPECT_FALSE(schema_accepts(s, "{} "));
+  EXPECT_TRUE(schema_accepts(s, R"({"a":[1,2]})", {.whitespace = json_whitespace::compact}));
+  EXPECT_FALSE(schema_accepts(s, R"({"a": [1, 2]})", {.whitespace = json_whitespace::compact}));
+  const json_schema_options dumps{.whitespace = json_whitespace::separators};
+  EXPECT_TRUE(schema_accepts(s, R"({"a": [1, 2]})", dumps));
+  EXPECT_TRUE(schema_accepts(s, R"({"a": []})", dumps));
+  EXPECT_FALSE(schema_accepts(s, R"({"a":[1,2]})", dumps));
+  EXPECT_FALSE(schema_accepts(s, R"({ "a": [1, 2]})", dumps));
+}
+
+TEST(json_schema, property_order_is_the_schemas) {
+  const char* s =
+      R"({"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "integer"}}, "additionalProperties": false})";
+  EXPECT_TRUE(schema_accepts(s, R"({"z": 1, "a": 2})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"a": 2, "z": 1})"));  // narrowing, never widening
+}
+
+TEST(json_schema, unsupported_keywords_are_refused_by_name) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"not": {"enum": [1, 2]}})", "'not'"},
+      {R"({"type": "object", "patternProperties": {"^a": {}}})", "'patternProperties'"},
+      {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", "'if'"},
+      {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
+      {R"({"type": "array", "contains": {"type": "integer"}})", "'contains'"},
+      {R"({"type": "number", "minimum": 0.5})", "'minimum'"},
+      {R"({"oneOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]})",
+       "'oneOf'"},
+      {R"({"type": "integer", "multipleOf": 3})", "'multipleOf'"},
+      {R"({"type": "string", "format": "hostname"})", "'format'"},
+      {R"({"type": "string", "pattern": "(?=a)b"})", "'pattern'"},
+      {R"({"type": "string", "pattern": "\\bword"})", "'pattern'"},
+      {R"({"type": "string", "pattern": "a", "maxLength": 3})", "'pattern'"},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "'oneOf'"},
+      {R"({"$ref": "http://example.com/schema"})", "'$ref'"},
+      {R"({"type": "object", "minProperties": 2})", "'minProperties'"},
+      {R"({"type": "object", "properties": {"a": {"type": "string", "propertyNames": {}}}, "dependentRequired": {"a": ["b"]}})",
+       "'dependentRequired'"},
+  };
+  for (const auto& [schema, keyword] : cases) {
+    try {
+      (void)json_schema_grammar(schema);
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const npullm::error& e) {
+      EXPECT_EQ(e.code(), npullm::error_code::unsupported) << schema;
+      EXPECT_NE(std::string(e.message()).find(keyword), std::string::npos) << e.message();
+    }
+  }
+  // Malformed schemas are invalid_argument, naming the place.
+  try {
+    (void)json_schema_grammar(R"({"properties": {"a": {"type": "strng"}}})");
+    ADD_FAILURE();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), npullm::error_code::invalid_argument);
+    EXPECT_NE(std::string(e.message()).find("#/properties/a"), std::string::npos) << e.message();
+  }
+  EXPECT_THROW((void)json_schema_grammar("{"), npullm::error);
+  // A schema no value satisfies is refused rather than compiled to an empty grammar.
+  EXPECT_THROW((void)json_schema_grammar(R"({"type": "integer", "minimum": 3, "maximum": 2})"),
+               npullm::error);
+  EXPECT_THROW((void)json_schema_grammar(R"({"$ref": "#/nowhere"})"), npullm::error);
+}
+
+// The sampler with the grammar as its processor: greedy and sampled choices stay inside the
+// grammar whatever the logits say; the processor follows the context (rollback included).
+TEST(grammar_processor, sampler_chooses_only_allowed_tokens) {
+  toy_vocab v;
+  auto g = std::make_shared<token_grammar>(parse_gbnf("root ::= \"ab\" \"a\"* \"}\""), v.index());
+  const std::vector<std::int32_t> prompt = {14, 14};  // anything: not checked
+  npullm::batch::grammar_processor p(g, prompt.size());
+  std::vector<float> row(30, 0.0f);  // a row wider than the vocabulary (padded embedding)
+  row[3] = 9.0f;                     // "b": forbidden first
+  row[25] = 10.0f;                   // past the vocabulary
+  row[4] = 1.0f;                     // "ab"
+  npullm::batch::sampler greedy({.temperature = 0.0f, .processor = p}, 1);
+  std::vector<std::int32_t> context = prompt;
+  EXPECT_EQ(greedy.sample(row, context), 4);
+  context.push_back(4);
+  row[7] = 2.0f;  // "}" beats "a" (1.0 at id 2... set below)
+  row[2] = 1.5f;
+  EXPECT_EQ(greedy.sample(row, context), 7);
+  context.push_back(7);
+  EXPECT_EQ(greedy.sample(row, context), 0);  // only EOS is left
+  EXPECT_TRUE(p.matcher().can_end());
+  // Back to an earlier context: the processor rolls back.
+  context.resize(prompt.size() + 1);
+  row[7] = -1.0f;
+  EXPECT_EQ(greedy.sample(row, context), 2);
+  // Sampled, many draws: never a forbidden token.
+  npullm::batch::sampler hot({.temperature = 2.0f, .processor = p}, 7);
+  std::vector<float> flat(22, 0.0f);
+  for (int k = 0; k < 200; ++k) {
+    const std::int32_t t = hot.sample(flat, context);
+    EXPECT_TRUE(t == 2 || t == 7 || t == 21) << t;  // "a", "}", "aaa"
+  }
+  // A context the grammar does not allow leaves only EOS (a draft's row to discard).
+  std::vector<std::int32_t> bad = prompt;
+  bad.push_back(3);
+  EXPECT_EQ(greedy.sample(row, bad), 0);
+  EXPECT_THROW(greedy.sample(row, std::vector<std::int32_t>{14}), npullm::error);
+}
+
+// The fuzz corpus (tests/grammar/corpus_grammar) through fuzz_grammar.cpp's checks.
+TEST(grammar_fuzz, corpus_replays) {
+  std::size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(NPULLM_GRAMMAR_CORPUS_DIR)) {
+    const std::string bytes = read_file(entry.path());
+    EXPECT_NO_THROW(npullm_fuzz_grammar::run_one(bytes)) << entry.path();
+    ++n;
+  }
+  EXPECT_GE(n, 20u);
+}
+
+// The checks can fail.
+TEST(grammar_fuzz, checks_catch_a_violation) {
+  EXPECT_THROW(npullm_fuzz_grammar::require(false, "x"), npullm_fuzz_grammar::violation);
+}
+
+}  // namespace
