@@ -28,6 +28,7 @@
 
 #include "npullm/core/error.hpp"
 #include "npullm/text/jinja_value.hpp"
+#include "npullm/text/unicode.hpp"
 
 namespace npullm::text::jinja {
 
@@ -290,25 +291,7 @@ template <class... Parts>
 }
 
 // Python's string escapes: \n \t \r \\ \' \" \b \f \v \a \0oo \xHH \uHHHH \UHHHHHHHH; any other
-// keeps its backslash.
-inline void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
-
+// keeps its backslash (the lexer's string literals).
 class lexer {
  public:
   explicit lexer(std::string_view source) {
