@@ -381,7 +381,7 @@ TEST(Speculative, RejectionSamplingKeepsTheTargetDistribution) {
   EXPECT_EQ(accepted, 2u);
 }
 
-TEST(Sampler, DistributionMatchesSampling) {
+TEST(SpeculativeSampler, DistributionMatchesSampling) {
   const std::vector<float> logits = {0.0f, 2.0f, 1.0f, -1.0f};
   sampler s({.temperature = 0.8f, .top_k = 3}, 4);
   const auto p = s.distribution(logits);
