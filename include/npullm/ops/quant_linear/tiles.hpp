@@ -4,11 +4,19 @@
 // broadcast codes of x adds them into R row sums at once: no per-row prologue, no horizontal
 // sums, and the scales of the tile's rows are one contiguous vector per piece.
 //
-// A tile is a run of units (q4_0, q8_0: one 32-value piece; q4_k, q6_k: one 256-value
-// super-block), each holding the R rows' factors, then their codes as 4-byte chunks
-// (values 4t .. 4t + 3 of a piece) of row 0, row 1, ..., row R − 1:
+// A tile is a run of units (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl: one 32-value piece; q4_k,
+// q6_k, iq4_xs: one 256-value super-block), each holding the R rows' factors, then their codes as
+// 4-byte chunks (values 4t .. 4t + 3 of a piece) of row 0, row 1, ..., row R − 1:
 //   q4_0  f16 d[R]; for t in 0..3: R x 4 bytes, nibbles lo = u[4t + i], hi = u[16 + 4t + i];
 //         u = q + 8 (0..15).                                          18 R bytes (the file's)
+//   q4_1  f16 d[R], f16 m[R], then q4_0's nibbles; value d · u + m.    20 R (the file's)
+//   q5_0  f16 d[R], q4_0's nibbles of u's low 4 bits, then R x 4 bytes of high bits: bit c of
+//         byte i = bit 4 of u[4c + i] (chunk c = 0..7); u = q + 16 (0..31).   22 R (the file's)
+//   q5_1  f16 d[R], f16 m[R], then q5_0's nibbles and high bits; value d · u + m.  24 R (file's)
+//   iq4_nl f16 d[R], q4_0's nibbles of the table indices (the kernel looks the codes up: the
+//         table + 128 as u8 where the dot product takes u8, else as s8).  18 R (the file's)
+//   iq4_xs f16 d[R], i8 sc[8][R] (the 6-bit scales − 32), then per piece iq4_nl's nibbles.
+//                                                                      138 R (file: 136 R)
 //   q8_0  f16 d[R]; for t in 0..7: R x 4 bytes u[4t + i]; u = q + 128 where the dot product
 //         takes u8 codes (VNNI), else q (the sign trick of AVX2's vpmaddubsw).   34 R (the file's)
 //   q4_k  f16 d[R], f16 dmin[R], u8 sc[8][R], u8 m[8][R] (the 6-bit scales unpacked: +4 bytes
@@ -17,7 +25,7 @@
 //   q6_k  f16 d[R], i8 sc[16][R]; per piece: for t in 0..3 R x 4 bytes of low nibbles (lo =
 //         u[4t + i], hi = u[16 + 4t + i]), then for s in 0..1 R x 4 bytes of high 2-bit pairs:
 //         bits 0-1, 2-3, 4-5, 6-7 = chunks s, s + 2, s + 4, s + 6; u = q + 32 (0..63).   210 R
-// The value is s · (u − o) (− min for q4_k): the integer offset o rides in the dot product's
+// The value is s · (u − o) (− min for q4_k, + m for q4_1 / q5_1): the integer offset o rides in the dot product's
 // start (−o · Σ x codes of the piece or half, from the activations), so that the piece loop is
 // load, unpack (mask / shift), one dot product per chunk and row of x, then one convert and one
 // FMA by s · dx per piece (half piece: q6_k) and row of x.
@@ -60,24 +68,38 @@ constexpr bool tile_q8_biased() noexcept {
 #endif
 }
 
-constexpr bool has_tiles(weight_format f) noexcept {
-  return f == weight_format::q4_0 || f == weight_format::q8_0 || f == weight_format::q4_k ||
-         f == weight_format::q6_k;
-}
-
-// Pieces per unit and bytes per unit of R rows.
+// Pieces per unit and bytes per unit of R rows (0: no tiled layout).
 constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
-  return f == weight_format::q4_k || f == weight_format::q6_k ? 8 : 1;
+  return f == weight_format::q4_k || f == weight_format::q6_k || f == weight_format::iq4_xs ? 8
+                                                                                              : 1;
 }
 constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
   constexpr std::size_t R = tile_height;
   switch (f) {
     case weight_format::q4_0: return 18 * R;
+    case weight_format::q4_1: return 20 * R;
+    case weight_format::q5_0: return 22 * R;
+    case weight_format::q5_1: return 24 * R;
     case weight_format::q8_0: return 34 * R;
+    case weight_format::iq4_nl: return 18 * R;
     case weight_format::q4_k: return 148 * R;
     case weight_format::q6_k: return 210 * R;
+    case weight_format::iq4_xs: return 138 * R;
     default: return 0;
   }
+}
+
+constexpr bool has_tiles(weight_format f) noexcept { return tile_unit_bytes(f) != 0; }
+
+// Where a unit's nibbles and (q5_0, q5_1) high bits start, in bytes from the unit.
+constexpr std::size_t tile_nibbles_at(weight_format f) noexcept {
+  constexpr std::size_t R = tile_height;
+  return f == weight_format::q4_1 || f == weight_format::q5_1 ? 4 * R
+         : f == weight_format::iq4_xs                         ? 10 * R
+                                                              : 2 * R;
+}
+constexpr std::size_t tile_high_bits_at(weight_format f) noexcept {
+  return tile_nibbles_at(f) + 16 * tile_height;
 }
 
 // Writes rows [n0, n0 + rows) of w (rows <= R) as one tile at dst (tile bytes: K / 32 /
@@ -100,15 +122,46 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
       decode_piece(w, n0 + r, j, pc);
       const std::size_t unit = j / upieces, p = j % upieces;
       std::uint8_t* u = d8 + unit * ub;
+      // q4_0's nibbles (u & 15 of values 4t + i and 16 + 4t + i) at `at`
+      const auto put_nibbles = [&](std::uint8_t* at, const auto& code) {
+        for (std::size_t t = 0; t < 4; ++t) {
+          for (std::size_t i = 0; i < 4; ++i) {
+            const int lo = code(4 * t + i) & 0xF, hi = code(16 + 4 * t + i) & 0xF;
+            at[(t * R + r) * 4 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
+          }
+        }
+      };
       switch (f) {
         case weight_format::q4_0: {
           put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
-          for (std::size_t t = 0; t < 4; ++t) {
-            for (std::size_t i = 0; i < 4; ++i) {
-              const int lo = pc.q[4 * t + i] + 8, hi = pc.q[16 + 4 * t + i] + 8;
-              u[2 * R + (t * R + r) * 4 + i] = static_cast<std::uint8_t>(lo | (hi << 4));
-            }
+          put_nibbles(u + 2 * R, [&](std::size_t v) { return pc.q[v] + 8; });
+          break;
+        }
+        case weight_format::q4_1:
+        case weight_format::q5_0:
+        case weight_format::q5_1: {
+          const bool offset = f != weight_format::q5_0;  // decode_piece: offset = −m
+          const int bias = f == weight_format::q5_0 ? 16 : 0;
+          put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
+          if (offset) put_f16(dst + unit * ub + 2 * R + 2 * r, -pc.offset[0]);
+          const auto code = [&](std::size_t v) { return pc.q[v] + bias; };
+          put_nibbles(u + tile_nibbles_at(f), code);
+          if (f == weight_format::q4_1) break;
+          for (std::size_t v = 0; v < 32; ++v) {
+            u[tile_high_bits_at(f) + r * 4 + v % 4] |=
+                static_cast<std::uint8_t>(((code(v) >> 4) & 1) << (v / 4));
           }
+          break;
+        }
+        case weight_format::iq4_nl:
+        case weight_format::iq4_xs: {  // the indices, from the row (decode_piece gives values)
+          const bool xs = f == weight_format::iq4_xs;
+          const auto* b = reinterpret_cast<const std::uint8_t*>(row) + (xs ? 136 * unit : 18 * j);
+          const std::uint8_t* nib = xs ? b + 8 + 16 * p : b + 2;
+          if (p == 0) std::memcpy(u + 2 * r, b, 2);
+          if (xs) u[2 * R + p * R + r] = static_cast<std::uint8_t>(iq4_xs_scale(b, p) - 32);
+          put_nibbles(u + tile_nibbles_at(f) + p * 16 * R,
+                      [&](std::size_t v) { return v < 16 ? nib[v] & 0xF : nib[v - 16] >> 4; });
           break;
         }
         case weight_format::q8_0: {

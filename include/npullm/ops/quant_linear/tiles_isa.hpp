@@ -44,6 +44,11 @@ struct tile_avx512 {
   static i sll16(i a) noexcept {
     return _mm512_slli_epi16(a, N);
   }
+  // 16 bytes in every 128-bit lane; byte b of each lane of idx (0..15) looked up in them
+  static i table16(const void* p) noexcept {
+    return _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p)));
+  }
+  static i lookup(i table, i idx) noexcept { return _mm512_shuffle_epi8(table, idx); }
   // acc + Σ over each 4 bytes of u (u8) · x (s8)
   static i dot(i acc, i u, i x) noexcept { return _mm512_dpbusd_epi32(acc, u, x); }
   // (declared for the kernel's q8_0 branch that this ISA's u8 tiles never take)
@@ -92,6 +97,10 @@ struct tile_avx2 {
   static i sll16(i a) noexcept {
     return _mm256_slli_epi16(a, N);
   }
+  static i table16(const void* p) noexcept {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  }
+  static i lookup(i table, i idx) noexcept { return _mm256_shuffle_epi8(table, idx); }
   // acc + Σ over each 4 bytes of u (u8 <= 63 without VNNI: maddubs's pair sums stay in i16) · x
   static i dot(i acc, i u, i x) noexcept {
 #if defined(NPULLM_QUANT_VNNI256)

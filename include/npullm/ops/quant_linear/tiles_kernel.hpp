@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -34,6 +35,13 @@ inline constexpr std::size_t tile_max_mr = 8;
 #else
 inline constexpr std::size_t tile_max_mr = 4;
 #endif
+
+// IQ4_NL / IQ4_XS's table + 128 (u8 codes for a dot product of u8 by s8; 1 .. 241).
+inline constexpr auto iq4_table_biased = [] {
+  std::array<std::uint8_t, 16> t{};
+  for (std::size_t i = 0; i < 16; ++i) t[i] = static_cast<std::uint8_t>(iq4_values[i] + 128);
+  return t;
+}();
 
 // Bytes ahead of the unit being read that the kernel prefetches (one stream per thread: the
 // hardware prefetchers alone leave the first load of each unit waiting; see gemv_rows).
@@ -83,6 +91,74 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           ia = V::dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
         }
         acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
+      }
+    } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
+                         F == weight_format::q5_1) {
+      constexpr bool five = F != weight_format::q4_1, offset = F != weight_format::q5_0;
+      const std::size_t j = u;
+      const vf s = V::f16(p);
+      vi lo[4], hi[4];
+      // chunk t's high bits from bit t, chunk t + 4's from bit t + 4, moved to bit 4
+      vi hl = V::set1(0), hh = V::set1(0);
+      const vi bit4 = V::bytes(0x10);
+      if constexpr (five) {
+        hh = V::load(p + tile_high_bits_at(F));
+        hl = V::template sll16<4>(hh);
+      }
+      NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+        const vi v = V::load(p + tile_nibbles_at(F) + t * C);
+        lo[t] = V::and_(v, low4);
+        hi[t] = V::and_(V::template srl16<4>(v), low4);
+        if constexpr (five) {
+          lo[t] = V::or_(lo[t], V::and_(hl, bit4));
+          hi[t] = V::or_(hi[t], V::and_(hh, bit4));
+          hl = V::template srl16<1>(hl);
+          hh = V::template srl16<1>(hh);
+        }
+      }
+      const vf mins = offset ? V::f16(p + 2 * R) : V::zerof();
+      NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+        const std::int32_t* q = qs + (m * blocks + j) * 2;
+        vi ia = V::set1(offset ? 0 : -16 * (q[0] + q[1]));
+        NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+          ia = V::dot(ia, lo[t], x4(m, 32 * j + 4 * t));
+          ia = V::dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+        }
+        acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
+        if constexpr (offset) acc[m] = V::fmadd(mins, V::set1f(tot[m * blocks + j]), acc[m]);
+      }
+    } else if constexpr (F == weight_format::iq4_nl || F == weight_format::iq4_xs) {
+      // The codes looked up from the indices: table + 128 as u8 where dot takes u8 (VNNI: the
+      // offset 128 rides in the start), else the signed table (vpmaddubsw's sign trick).
+      constexpr bool xs = F == weight_format::iq4_xs;
+      const vi table = V::table16(tile_q8_biased() ? static_cast<const void*>(iq4_table_biased.data())
+                                                    : static_cast<const void*>(iq4_values));
+      constexpr std::size_t pieces = tile_unit_pieces(F);
+      const vf d = V::f16(p);
+      for (std::size_t pc = 0; pc < pieces; ++pc) {
+        const std::size_t j = pieces * u + pc;
+        const std::byte* np = p + tile_nibbles_at(F) + pc * 16 * R;
+        vi lo[4], hi[4];
+        NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+          const vi v = V::load(np + t * C);
+          lo[t] = V::lookup(table, V::and_(v, low4));
+          hi[t] = V::lookup(table, V::and_(V::template srl16<4>(v), low4));
+        }
+        const vf s = xs ? V::mul(d, V::s8(p + 2 * R + pc * R)) : d;
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const std::int32_t* q = qs + (m * blocks + j) * 2;
+          vi ia = V::set1(tile_q8_biased() ? -128 * (q[0] + q[1]) : 0);
+          NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+            if constexpr (tile_q8_biased()) {
+              ia = V::dot(ia, lo[t], x4(m, 32 * j + 4 * t));
+              ia = V::dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+            } else {
+              ia = V::dot_signed(ia, lo[t], x4(m, 32 * j + 4 * t));
+              ia = V::dot_signed(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+            }
+          }
+          acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
+        }
       }
     } else if constexpr (F == weight_format::q8_0) {
       const std::size_t j = u;
@@ -210,6 +286,40 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
                 dot4(p + 2 * R + t * C, 32 * u + 16 + 4 * t, [](std::uint8_t b) { return b >> 4; });
           }
           acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
+        } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
+                             F == weight_format::q5_1) {
+          const std::uint8_t* nb = p + tile_nibbles_at(F);
+          const std::uint8_t* hb = p + tile_high_bits_at(F);
+          std::int32_t ia = F == weight_format::q5_0 ? -16 * (qs[2 * u] + qs[2 * u + 1]) : 0;
+          for (std::size_t t = 0; t < 4; ++t) {
+            for (std::size_t i = 0; i < 4; ++i) {
+              int lo = nb[(t * R + r) * 4 + i] & 0xF, hi = nb[(t * R + r) * 4 + i] >> 4;
+              if constexpr (F != weight_format::q4_1) {
+                lo |= ((hb[r * 4 + i] >> t) & 1) << 4;
+                hi |= ((hb[r * 4 + i] >> (t + 4)) & 1) << 4;
+              }
+              ia += lo * xq[32 * u + 4 * t + i] + hi * xq[32 * u + 16 + 4 * t + i];
+            }
+          }
+          acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
+          if constexpr (F != weight_format::q5_0) acc = std::fma(f16(p + 2 * R + 2 * r), tot[u], acc);
+        } else if constexpr (F == weight_format::iq4_nl || F == weight_format::iq4_xs) {
+          const float d = f16(p + 2 * r);
+          for (std::size_t pc = 0; pc < tile_unit_pieces(F); ++pc) {
+            const std::size_t j = tile_unit_pieces(F) * u + pc;
+            const std::uint8_t* nb = p + tile_nibbles_at(F) + pc * 16 * R;
+            std::int32_t ia = 0;
+            for (std::size_t t = 0; t < 4; ++t) {
+              ia += dot4(nb + t * C, 32 * j + 4 * t,
+                         [](std::uint8_t b) { return int{iq4_values[b & 0xF]}; });
+              ia += dot4(nb + t * C, 32 * j + 16 + 4 * t,
+                         [](std::uint8_t b) { return int{iq4_values[b >> 4]}; });
+            }
+            const float s = F == weight_format::iq4_xs
+                                ? d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + pc * R + r]))
+                                : d;
+            acc = std::fma(static_cast<float>(ia), s * dx[j], acc);
+          }
         } else if constexpr (F == weight_format::q8_0) {
           std::int32_t ia = 0;
           for (std::size_t t = 0; t < 8; ++t) {
