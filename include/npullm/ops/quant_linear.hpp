@@ -174,9 +174,9 @@ constexpr bool has_repacked_layout(weight_format f) noexcept {
 // one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and prefill
 // reads the same tiles MR rows of x at a time, so the source's pages are not touched after
 // repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, iq4_xs:
-// + 1.5%, their 6-bit scales stored as bytes), plus at most R − 1 zero rows. Only meaningful in the ISA namespace
-// that made it. Results equal linear over the source within f32 reassociation: the same integer
-// dot products and the same products s · dx per piece, summed in another order.
+// + 1.5%, their 6-bit scales stored as bytes), plus at most R − 1 zero rows. Only meaningful in the
+// ISA namespace that made it. Results equal linear over the source within f32 reassociation: the
+// same integer dot products and the same products s · dx per piece, summed in another order.
 class repacked_quantized {
  public:
   repacked_quantized() = default;

@@ -25,11 +25,11 @@
 //   q6_k  f16 d[R], i8 sc[16][R]; per piece: for t in 0..3 R x 4 bytes of low nibbles (lo =
 //         u[4t + i], hi = u[16 + 4t + i]), then for s in 0..1 R x 4 bytes of high 2-bit pairs:
 //         bits 0-1, 2-3, 4-5, 6-7 = chunks s, s + 2, s + 4, s + 6; u = q + 32 (0..63).   210 R
-// The value is s · (u − o) (− min for q4_k, + m for q4_1 / q5_1): the integer offset o rides in the dot product's
-// start (−o · Σ x codes of the piece or half, from the activations), so that the piece loop is
-// load, unpack (mask / shift), one dot product per chunk and row of x, then one convert and one
-// FMA by s · dx per piece (half piece: q6_k) and row of x.
-// Rows past N in the last tile are zero (scale 0).
+// The value is s · (u − o) (− min for q4_k, + m for q4_1 / q5_1): the integer offset o rides in the
+// dot product's start (−o · Σ x codes of the piece or half, from the activations), so that the
+// piece loop is load, unpack (mask / shift), one dot product per chunk and row of x, then one
+// convert and one FMA by s · dx per piece (half piece: q6_k) and row of x. Rows past N in the last
+// tile are zero (scale 0).
 #pragma once
 
 #include <algorithm>
@@ -70,8 +70,7 @@ constexpr bool tile_q8_biased() noexcept {
 
 // Pieces per unit and bytes per unit of R rows (0: no tiled layout).
 constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
-  return f == weight_format::q4_k || f == weight_format::q6_k || f == weight_format::iq4_xs ? 8
-                                                                                              : 1;
+  return f == weight_format::q4_k || f == weight_format::q6_k || f == weight_format::iq4_xs ? 8 : 1;
 }
 constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
   constexpr std::size_t R = tile_height;
@@ -89,7 +88,9 @@ constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
   }
 }
 
-constexpr bool has_tiles(weight_format f) noexcept { return tile_unit_bytes(f) != 0; }
+constexpr bool has_tiles(weight_format f) noexcept {
+  return tile_unit_bytes(f) != 0;
+}
 
 // Where a unit's nibbles and (q5_0, q5_1) high bits start, in bytes from the unit.
 constexpr std::size_t tile_nibbles_at(weight_format f) noexcept {

@@ -131,8 +131,9 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       // The codes looked up from the indices: table + 128 as u8 where dot takes u8 (VNNI: the
       // offset 128 rides in the start), else the signed table (vpmaddubsw's sign trick).
       constexpr bool xs = F == weight_format::iq4_xs;
-      const vi table = V::table16(tile_q8_biased() ? static_cast<const void*>(iq4_table_biased.data())
-                                                    : static_cast<const void*>(iq4_values));
+      const vi table =
+          V::table16(tile_q8_biased() ? static_cast<const void*>(iq4_table_biased.data())
+                                      : static_cast<const void*>(iq4_values));
       constexpr std::size_t pieces = tile_unit_pieces(F);
       const vf d = V::f16(p);
       for (std::size_t pc = 0; pc < pieces; ++pc) {
@@ -302,7 +303,8 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             }
           }
           acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
-          if constexpr (F != weight_format::q5_0) acc = std::fma(f16(p + 2 * R + 2 * r), tot[u], acc);
+          if constexpr (F != weight_format::q5_0)
+            acc = std::fma(f16(p + 2 * R + 2 * r), tot[u], acc);
         } else if constexpr (F == weight_format::iq4_nl || F == weight_format::iq4_xs) {
           const float d = f16(p + 2 * r);
           for (std::size_t pc = 0; pc < tile_unit_pieces(F); ++pc) {
@@ -315,9 +317,10 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
               ia += dot4(nb + t * C, 32 * j + 16 + 4 * t,
                          [](std::uint8_t b) { return int{iq4_values[b >> 4]}; });
             }
-            const float s = F == weight_format::iq4_xs
-                                ? d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + pc * R + r]))
-                                : d;
+            const float s =
+                F == weight_format::iq4_xs
+                    ? d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + pc * R + r]))
+                    : d;
             acc = std::fma(static_cast<float>(ia), s * dx[j], acc);
           }
         } else if constexpr (F == weight_format::q8_0) {
