@@ -163,7 +163,7 @@ class packed_quantized {
 };
 
 // Whether repack() has a tiled layout for this format (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl,
-// q4_k, q6_k, iq4_xs; not yet q2_k, q3_k, q5_k, int8_sym, int4_sym).
+// q4_k, q5_k, q6_k, iq4_xs; not yet q2_k, q3_k, int8_sym, int4_sym).
 constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
@@ -173,10 +173,11 @@ constexpr bool has_repacked_layout(weight_format f) noexcept {
 // piece loop is load, unpack, one integer dot product per 4 codes for all R rows at once, and
 // one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and prefill
 // reads the same tiles MR rows of x at a time, so the source's pages are not touched after
-// repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, iq4_xs:
-// + 1.5%, their 6-bit scales stored as bytes), plus at most R − 1 zero rows. Only meaningful in the
-// ISA namespace that made it. Results equal linear over the source within f32 reassociation: the
-// same integer dot products and the same products s · dx per piece, summed in another order.
+// repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, q5_k:
+// + 2.3%, iq4_xs: + 1.5%, their 6-bit scales stored as bytes), plus at most R − 1 zero rows. Only
+// meaningful in the ISA namespace that made it. Results equal linear over the source within f32
+// reassociation: the same integer dot products and the same products s · dx per piece, summed in
+// another order.
 class repacked_quantized {
  public:
   repacked_quantized() = default;
@@ -278,7 +279,7 @@ struct repack_access {
     check_kernel_shape(w, "repack");
     if (!has_tiles(w.format)) {
       raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
-            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_k, q6_k and iq4_xs have one)");
+            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_k, q5_k, q6_k and iq4_xs have one)");
     }
     repacked_quantized out;
     out.source_ = w;
@@ -396,6 +397,7 @@ NPULLM_QK_TILED_(q5_0)
 NPULLM_QK_TILED_(q5_1)
 NPULLM_QK_TILED_(iq4_nl)
 NPULLM_QK_TILED_(iq4_xs)
+NPULLM_QK_TILED_(q5_k)
 // clang-format on
 static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
               "a new weight_format: add it to the extern instantiations above");

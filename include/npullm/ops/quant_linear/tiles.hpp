@@ -5,8 +5,8 @@
 // sums, and the scales of the tile's rows are one contiguous vector per piece.
 //
 // A tile is a run of units (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl: one 32-value piece; q4_k,
-// q6_k, iq4_xs: one 256-value super-block), each holding the R rows' factors, then their codes as
-// 4-byte chunks (values 4t .. 4t + 3 of a piece) of row 0, row 1, ..., row R − 1:
+// q5_k, q6_k, iq4_xs: one 256-value super-block), each holding the R rows' factors, then their
+// codes as 4-byte chunks (values 4t .. 4t + 3 of a piece) of row 0, row 1, ..., row R − 1:
 //   q4_0  f16 d[R]; for t in 0..3: R x 4 bytes, nibbles lo = u[4t + i], hi = u[16 + 4t + i];
 //         u = q + 8 (0..15).                                          18 R bytes (the file's)
 //   q4_1  f16 d[R], f16 m[R], then q4_0's nibbles; value d · u + m.    20 R (the file's)
@@ -22,6 +22,8 @@
 //   q4_k  f16 d[R], f16 dmin[R], u8 sc[8][R], u8 m[8][R] (the 6-bit scales unpacked: +4 bytes
 //         per 144, 2.8%); for pieces 2c, 2c + 1 (c in 0..3), t in 0..7: R x 4 bytes, nibbles
 //         lo = u_2c[4t + i], hi = u_2c+1[4t + i]; u = nibble.               148 R (file: 144 R)
+//   q5_k  q4_k's unit, then per piece R x 4 bytes of high bits (bit t of byte i = bit 4 of
+//         u[4t + i]).                                                    180 R (file: 176 R)
 //   q6_k  f16 d[R], i8 sc[16][R]; per piece: for t in 0..3 R x 4 bytes of low nibbles (lo =
 //         u[4t + i], hi = u[16 + 4t + i]), then for s in 0..1 R x 4 bytes of high 2-bit pairs:
 //         bits 0-1, 2-3, 4-5, 6-7 = chunks s, s + 2, s + 4, s + 6; u = q + 32 (0..63).   210 R
@@ -70,7 +72,10 @@ constexpr bool tile_q8_biased() noexcept {
 
 // Pieces per unit and bytes per unit of R rows (0: no tiled layout).
 constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
-  return f == weight_format::q4_k || f == weight_format::q6_k || f == weight_format::iq4_xs ? 8 : 1;
+  return f == weight_format::q4_k || f == weight_format::q5_k || f == weight_format::q6_k ||
+                 f == weight_format::iq4_xs
+             ? 8
+             : 1;
 }
 constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
   constexpr std::size_t R = tile_height;
@@ -82,6 +87,7 @@ constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
     case weight_format::q8_0: return 34 * R;
     case weight_format::iq4_nl: return 18 * R;
     case weight_format::q4_k: return 148 * R;
+    case weight_format::q5_k: return 180 * R;
     case weight_format::q6_k: return 210 * R;
     case weight_format::iq4_xs: return 138 * R;
     default: return 0;
@@ -176,8 +182,9 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
           }
           break;
         }
-        case weight_format::q4_k: {
-          const std::byte* b = row + 144 * unit;
+        case weight_format::q4_k:
+        case weight_format::q5_k: {
+          const std::byte* b = row + (f == weight_format::q5_k ? 176 : 144) * unit;
           if (p == 0) {
             std::memcpy(u + 2 * r, b, 2);
             std::memcpy(u + 2 * R + 2 * r, b + 2, 2);
@@ -190,7 +197,13 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
           for (std::size_t t = 0; t < 8; ++t) {
             for (std::size_t i = 0; i < 4; ++i) {
               u[20 * R + ((c * 8 + t) * R + r) * 4 + i] |=
-                  static_cast<std::uint8_t>(pc.q[4 * t + i] << shift);
+                  static_cast<std::uint8_t>((pc.q[4 * t + i] & 0xF) << shift);
+            }
+          }
+          if (f == weight_format::q5_k) {
+            for (std::size_t v = 0; v < 32; ++v) {
+              u[148 * R + p * 4 * R + r * 4 + v % 4] |=
+                  static_cast<std::uint8_t>(((pc.q[v] >> 4) & 1) << (v / 4));
             }
           }
           break;

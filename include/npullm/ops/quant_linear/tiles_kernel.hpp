@@ -177,18 +177,39 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
         }
         acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
       }
-    } else if constexpr (F == weight_format::q4_k) {
+    } else if constexpr (F == weight_format::q4_k || F == weight_format::q5_k) {
+      constexpr bool five = F == weight_format::q5_k;
       const vf d = V::f16(p), dmin = V::f16(p + 2 * R);
       const std::byte* sc = p + 4 * R;
       const std::byte* mn = p + 12 * R;
       const std::byte* codes = p + 20 * R;
+      const vi bit4 = V::bytes(0x10);
       NPULLM_UNROLL for (std::size_t c = 0; c < 4; ++c) {
         const std::size_t ja = 8 * u + 2 * c, jb = ja + 1;
         vi ia[MR], ib[MR];
         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) ia[m] = ib[m] = V::set1(0);
+        // q5_k: the two pieces' high bits, chunk t's moved from bit t to bit 4 (t < 4: from
+        // the plane shifted left by 4, then right by 1 per chunk; t >= 4: from the plane)
+        vi ha = V::set1(0), hb = V::set1(0), ga = ha, gb = hb;
+        if constexpr (five) {
+          ha = V::load(p + 148 * R + 2 * c * C);
+          hb = V::load(p + 148 * R + (2 * c + 1) * C);
+          ga = V::template sll16<4>(ha);
+          gb = V::template sll16<4>(hb);
+        }
         NPULLM_UNROLL for (std::size_t t = 0; t < 8; ++t) {
           const vi v = V::load(codes + (c * 8 + t) * C);
-          const vi lo = V::and_(v, low4), hi = V::and_(V::template srl16<4>(v), low4);
+          vi lo = V::and_(v, low4), hi = V::and_(V::template srl16<4>(v), low4);
+          if constexpr (five) {
+            if (t == 4) {
+              ga = ha;
+              gb = hb;
+            }
+            lo = V::or_(lo, V::and_(ga, bit4));
+            hi = V::or_(hi, V::and_(gb, bit4));
+            ga = V::template srl16<1>(ga);
+            gb = V::template srl16<1>(gb);
+          }
           NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
             ia[m] = V::dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
             ib[m] = V::dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
@@ -330,14 +351,19 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
                        [](std::uint8_t b) { return static_cast<std::int8_t>(b); });
           }
           acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
-        } else if constexpr (F == weight_format::q4_k) {
+        } else if constexpr (F == weight_format::q4_k || F == weight_format::q5_k) {
           const float d = f16(p + 2 * r), dmin = f16(p + 2 * R + 2 * r);
           for (std::size_t pc = 0; pc < 8; ++pc) {
             const std::size_t j = 8 * u + pc, c = pc / 2, shift = (pc % 2) * 4;
+            const std::uint8_t* hb = p + 148 * R + pc * C + r * 4;  // (q5_k)
             std::int32_t ia = 0;
             for (std::size_t t = 0; t < 8; ++t) {
-              ia += dot4(p + 20 * R + (c * 8 + t) * C, 32 * j + 4 * t,
-                         [shift](std::uint8_t b) { return (b >> shift) & 0xF; });
+              const std::uint8_t* b = p + 20 * R + (c * 8 + t) * C + r * 4;
+              for (std::size_t i = 0; i < 4; ++i) {
+                int q = (b[i] >> shift) & 0xF;
+                if constexpr (F == weight_format::q5_k) q |= ((hb[i] >> t) & 1) << 4;
+                ia += q * xq[32 * j + 4 * t + i];
+              }
             }
             const float s = d * static_cast<float>(p[4 * R + pc * R + r]);
             const float mn = dmin * static_cast<float>(p[12 * R + pc * R + r]);
