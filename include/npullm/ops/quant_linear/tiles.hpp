@@ -145,6 +145,12 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
           }
         }
       };
+      // the high bits of a 5-bit code (q5_0, q5_1, q5_k): bit v / 4 of row r's byte v % 4 at `at`
+      const auto put_high_bits = [&](std::uint8_t* at, const auto& code) {
+        for (std::size_t v = 0; v < 32; ++v) {
+          at[r * 4 + v % 4] |= static_cast<std::uint8_t>(((code(v) >> 4) & 1) << (v / 4));
+        }
+      };
       switch (f) {
         case weight_format::q4_0: {
           put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
@@ -160,11 +166,7 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
           if (offset) put_f16(dst + unit * ub + 2 * R + 2 * r, -pc.offset[0]);
           const auto code = [&](std::size_t v) { return pc.q[v] + bias; };
           put_nibbles(u + tile_nibbles_at(f), code);
-          if (f == weight_format::q4_1) break;
-          for (std::size_t v = 0; v < 32; ++v) {
-            u[tile_high_bits_at(f) + r * 4 + v % 4] |=
-                static_cast<std::uint8_t>(((code(v) >> 4) & 1) << (v / 4));
-          }
+          if (f != weight_format::q4_1) put_high_bits(u + tile_high_bits_at(f), code);
           break;
         }
         case weight_format::iq4_nl:
@@ -208,10 +210,7 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
             }
           }
           if (f == weight_format::q5_k) {
-            for (std::size_t v = 0; v < 32; ++v) {
-              u[148 * R + p * 4 * R + r * 4 + v % 4] |=
-                  static_cast<std::uint8_t>(((pc.q[v] >> 4) & 1) << (v / 4));
-            }
+            put_high_bits(u + 148 * R + p * 4 * R, [&](std::size_t v) { return pc.q[v]; });
           }
           break;
         }
