@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
     std::map<std::string, totals> splits;
     totals all;
     std::map<std::string, std::size_t> reasons;
-    std::vector<std::pair<double, std::string>> slowest;  // per file: its slowest mask
+    std::vector<std::pair<double, std::string>> slowest;         // per file: its slowest mask
+    std::vector<std::pair<std::size_t, std::string>> most_slow;  // per file: masks over 500 us
     for (const auto& f : chosen) {
       npullm::maskbench::file_result r;
       try {
@@ -150,6 +151,9 @@ int main(int argc, char** argv) {
       }
       if (!r.tbm_us.empty())
         slowest.emplace_back(*std::max_element(r.tbm_us.begin(), r.tbm_us.end()), r.name);
+      most_slow.emplace_back(
+          std::count_if(r.tbm_us.begin(), r.tbm_us.end(), [](double t) { return t > 500; }),
+          r.name);
       add(splits[r.split], r);
       add(all, r);
       if (!r.compiled) {
@@ -173,6 +177,10 @@ int main(int argc, char** argv) {
       std::printf("\nslowest masks (us, file):\n");
       for (std::size_t k = 0; k < slowest.size() && k < 15; ++k)
         std::printf("%10.1f  %s\n", slowest[k].first, slowest[k].second.c_str());
+      std::sort(most_slow.rbegin(), most_slow.rend());
+      std::printf("\nmost masks over 500 us (count, file):\n");
+      for (std::size_t k = 0; k < most_slow.size() && k < 30 && most_slow[k].first > 0; ++k)
+        std::printf("%10zu  %s\n", most_slow[k].first, most_slow[k].second.c_str());
       std::vector<std::pair<std::size_t, std::string>> top;
       for (const auto& [k, n] : reasons) top.emplace_back(n, k);
       std::sort(top.rbegin(), top.rend());

@@ -96,6 +96,39 @@ TEST(grammar_vocab, masks_equal_brute_force_and_special_tokens) {
   EXPECT_FALSE(mask_test(m2, *one));
 }
 
+// Bounded repetitions (a string's maxLength, a pattern's {n}, GBNF's x{m,n}): their masks take
+// a shortcut (the tokens of at most the copies left, from the loop bytes' mask) that must give
+// exactly the brute-force mask at every position, near the bound and far from it.
+TEST(grammar_vocab, bounded_repetition_masks_equal_brute_force) {
+  NEED_VOCAB();
+  const auto& v = vocab();
+  const auto check = [&](grammar gr, const std::string& text) {
+    auto g = std::make_shared<token_grammar>(std::move(gr), v.index);
+    const auto ids = v.tok.encode(text, {.add_special = false});
+    token_matcher m(g);
+    for (std::size_t k = 0; k <= ids.size(); ++k) {
+      const auto mask = m.mask();
+      for (std::int32_t id = 0; id < static_cast<std::int32_t>(v.index->size()); ++id) {
+        const bool allowed =
+            v.tok.vocab().is_eog(id) ? m.can_end() : g->next(m.state(), id) != byte_automaton::dead;
+        ASSERT_EQ(mask_test(mask, id), allowed) << "token " << id << " '" << v.tok.piece(id, true)
+                                                << "' after " << k << " tokens of '" << text << "'";
+      }
+      if (k < ids.size()) m.accept(ids[k]);
+    }
+  };
+  check(json_schema_grammar(R"({"type": "object", "properties": {
+          "a": {"type": "string", "maxLength": 12},
+          "b": {"type": "string", "pattern": "^[a-z0-9_-]{20}$"},
+          "c": {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 150},
+                "maxItems": 3}},
+          "required": ["a", "b", "c"], "additionalProperties": false})"),
+        "{\"a\": \"Jos\xc3\xa9 ab\\\"d_12\", \"b\": \"abc_def-0123456789xy\", \"c\": "
+        "[\"----------------------------------------------------------------\", \"xy\"]}");
+  check(parse_gbnf("root ::= [a-zA-Z0-9 ]{3,70} \".\" [a-z]{0,200}\n"),
+        "The quick brown fox jumps over the lazy dog 0123456789 times and more.zzzzzzz");
+}
+
 TEST(grammar_vocab, tokens_across_boundaries_and_split_utf8) {
   NEED_VOCAB();
   const auto& v = vocab();

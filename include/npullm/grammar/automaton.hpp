@@ -24,10 +24,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -63,15 +66,14 @@ class byte_automaton {
 
   // The state after byte b (dead if b cannot come next).
   state_id next(state_id s, unsigned char b) {
-    const std::size_t i = static_cast<std::size_t>(s) * 256 + b;
-    const std::uint32_t t = trans_[i];
+    const std::uint32_t t = transition(s, b);
     if (t != unknown) return t;
     if (b < 0x80 && states_[s].need == 0) {
       fill_ascii(s);
-      return trans_[i];
+      return transition(s, b);
     }
     const state_id r = compute(s, b);
-    trans_[i] = r;
+    transition(s, b) = r;
     return r;
   }
   // The state after the bytes (dead as soon as one cannot come next).
@@ -81,6 +83,41 @@ class byte_automaton {
       s = next(s, static_cast<unsigned char>(c));
     }
     return s;
+  }
+
+  // One step over a set of bytes at once: when every stack of s takes all of the ASCII bytes
+  // `bytes` or none of them (and, with `non_ascii`, every non-ASCII character exactly when it
+  // takes them), they all lead to one state: that state (dead when no stack takes them),
+  // computed once for all of them, without the other 127 transitions that next() fills.
+  // `mixed` when the stacks disagree.
+  static constexpr state_id mixed = 0xFFFFFFFFu;
+  state_id next_on_all(state_id s, const std::array<std::uint64_t, 2>& bytes, bool non_ascii) {
+    const state_info st = states_[s];
+    if (st.need != 0 || (bytes[0] | bytes[1]) == 0) return mixed;
+    bool any = false;
+    for (std::uint32_t k = 0; k < st.count; ++k) {
+      const char_class& c = g_.classes[g_.elements[frames_[state_frames_[st.begin + k]].pos].value];
+      const auto& a = c.ascii();
+      const bool all = (a[0] & bytes[0]) == bytes[0] && (a[1] & bytes[1]) == bytes[1];
+      if (!all && ((a[0] & bytes[0]) | (a[1] & bytes[1])) != 0) return mixed;
+      if (non_ascii) {
+        const bool na_all = c.contains_all(0x80, 0xD7FF) && c.contains_all(0xE000, max_code_point);
+        const bool na_none = !c.intersects(0x80, 0xD7FF) && !c.intersects(0xE000, max_code_point);
+        if (all ? !na_all : !na_none) return mixed;
+      }
+      any = any || all;
+    }
+    if (!any) return dead;
+    const unsigned b0 = bytes[0] != 0 ? static_cast<unsigned>(std::countr_zero(bytes[0]))
+                                      : 64u + static_cast<unsigned>(std::countr_zero(bytes[1]));
+    if (const std::uint32_t t = transition(s, static_cast<unsigned char>(b0)); t != unknown)
+      return t;
+    const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
+                                         state_frames_.begin() + st.begin + st.count);
+    const state_id r = advance(cur, b0);
+    for (unsigned b = 0; b < 128; ++b)
+      if ((bytes[b >> 6] >> (b & 63)) & 1) transition(s, static_cast<unsigned char>(b)) = r;
+    return r;
   }
 
   // Whether the text so far is a whole sentence of the grammar.
@@ -196,7 +233,10 @@ class byte_automaton {
     st.value = value;
     state_frames_.insert(state_frames_.end(), frames.begin(), frames.end());
     states_.push_back(st);
-    trans_.resize(trans_.size() + 256, unknown);
+    if (id % page_states == 0) {
+      pages_.push_back(std::make_unique<std::uint32_t[]>(page_states * 256));
+      std::fill_n(pages_.back().get(), page_states * 256, unknown);
+    }
     return id;
   }
 
@@ -275,7 +315,7 @@ class byte_automaton {
           by_takers.emplace(takers, r);
         }
       }
-      trans_[static_cast<std::size_t>(s) * 256 + b] = r;
+      transition(s, b) = r;
     }
   }
 
@@ -315,7 +355,13 @@ class byte_automaton {
   std::vector<state_info> states_;
   std::vector<std::uint32_t> state_frames_;
   std::unordered_map<std::string, state_id> state_ids_;
-  std::vector<std::uint32_t> trans_;  // (state, byte) -> state, `unknown` until computed
+  // (state, byte) -> state, `unknown` until computed: pages of page_states states, so that a
+  // new state never moves the table (a grammar may reach 100,000 states: 100 MB copied).
+  static constexpr std::size_t page_states = 256;
+  std::vector<std::unique_ptr<std::uint32_t[]>> pages_;
+  std::uint32_t& transition(state_id s, unsigned char b) {
+    return pages_[s / page_states][(s % page_states) * 256 + b];
+  }
   std::unordered_set<std::uint64_t> visited_;
   std::vector<std::uint32_t> scratch_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> work_;  // settle's (position, parent)

@@ -91,6 +91,8 @@ class char_class {
   }
   [[nodiscard]] bool empty() const noexcept { return ranges_.empty(); }
   [[nodiscard]] const auto& ranges() const noexcept { return ranges_; }
+  // Its ASCII code points: bit c % 64 of word c / 64.
+  [[nodiscard]] const std::array<std::uint64_t, 2>& ascii() const noexcept { return ascii_; }
   bool operator==(const char_class& o) const noexcept { return ranges_ == o.ranges_; }
 
  private:
@@ -224,11 +226,19 @@ class grammar_builder {
     ids_.emplace(std::string(name), id);
     return id;
   }
-  // A new rule named base-N, unused so far.
+  // A new rule named base-N (a name no rule has so far), for the builder's own rules: it is
+  // not registered by name, so rule(name) never returns it (a rule of that name declared
+  // later is another rule), and a grammar with 100,000 of them (a maxLength) keeps no lookup
+  // entry for each.
   std::uint32_t fresh(std::string_view base) {
     for (;;) {
       std::string name = std::string(base) + "-" + std::to_string(++counter_);
-      if (ids_.find(name) == ids_.end()) return rule(name);
+      if (ids_.find(name) != ids_.end()) continue;
+      const auto id = static_cast<std::uint32_t>(g_.rule_names.size());
+      g_.rule_names.push_back(std::move(name));
+      g_.rule_alts.emplace_back();
+      defined_.push_back(false);
+      return id;
     }
   }
   [[nodiscard]] bool defined(std::uint32_t r) const { return defined_.at(r); }

@@ -49,7 +49,8 @@ class token_index {
     // possibly unfinished, when the UTF-8 decoder is in state k (utf8_step) before this
     // byte: bit k.
     std::uint8_t utf8_ok = 0;
-    bool non_ascii = false;  // some byte of the subtree is >= 0x80
+    bool non_ascii = false;     // some byte of the subtree is >= 0x80
+    std::uint16_t max_len = 0;  // the longest token of the subtree, in bytes (its depth)
   };
 
   // The UTF-8 decoder of utf8_ok: state 0 between characters, 1..3 continuation bytes
@@ -139,6 +140,7 @@ class token_index {
       } else {
         n.non_ascii = true;
       }
+      if (nd.tok_end != nd.tok_begin) n.max_len = nd.depth;
       std::uint8_t ok = 0;
       for (int k = 0; k < 8; ++k) {
         const int next = utf8_step(k, nd.byte);
@@ -149,6 +151,7 @@ class token_index {
         n.ascii[0] |= ch.ascii[0];
         n.ascii[1] |= ch.ascii[1];
         n.non_ascii = n.non_ascii || ch.non_ascii;
+        n.max_len = std::max(n.max_len, ch.max_len);
         for (int k = 0; k < 8; ++k) {
           const int next = utf8_step(k, nd.byte);
           if (next < 0 || !((ch.utf8_ok >> next) & 1)) ok &= static_cast<std::uint8_t>(~(1u << k));
@@ -162,6 +165,7 @@ class token_index {
     }
     allowed_.assign(size_, 0);
     for (const std::int32_t id : order) allowed_[static_cast<std::size_t>(id)] = 1;
+    loops_->lengths.resize(max_depth_ + 1);  // never resized again: length_mask's references
   }
 
   // The tokens of a tokenizer (see the top).
@@ -215,6 +219,20 @@ class token_index {
     }
     return loops_->masks.emplace(key, std::move(m)).first->second;
   }
+  // The tokens of at most n bytes (every token for n >= max_depth()): with loop_mask, the
+  // tokens a bounded repetition allows whole (n copies left). Computed once per n; thread-safe.
+  [[nodiscard]] const std::vector<std::uint64_t>& length_mask(std::size_t n) const {
+    n = std::min(n, max_depth_);
+    const std::lock_guard<std::mutex> lock(loops_->mutex);
+    std::vector<std::uint64_t>& m = loops_->lengths[n];
+    if (m.empty()) {
+      m.assign((size_ + 63) / 64, 0);
+      for (std::size_t i = 0; i < size_; ++i) {
+        if (allowed_[i] && bytes_[i].size() <= n) m[i >> 6] |= std::uint64_t{1} << (i & 63);
+      }
+    }
+    return m;
+  }
   [[nodiscard]] std::span<const std::int32_t> ids() const noexcept { return ids_; }
   [[nodiscard]] std::span<const std::int32_t> eog() const noexcept { return eog_; }
   [[nodiscard]] std::size_t max_depth() const noexcept { return max_depth_; }
@@ -243,6 +261,7 @@ class token_index {
   struct loop_cache {
     std::mutex mutex;
     std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint64_t>> masks;
+    std::vector<std::vector<std::uint64_t>> lengths;  // length_mask(n) at n, once computed
   };
   std::unique_ptr<loop_cache> loops_ = std::make_unique<loop_cache>();  // movable index
   std::vector<std::int32_t> ids_;

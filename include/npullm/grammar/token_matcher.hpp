@@ -77,18 +77,18 @@ class token_grammar {
       return;
     }
     if (const auto it = cache_.find(s); it != cache_.end()) {
-      const std::uint64_t* src = masks_.data() + it->second * words_;
+      const std::uint64_t* src = cached(it->second);
       std::copy(src, src + words_, out.begin());
       return;
     }
     compute(s, out);
-    if (cache_.size() >= max_cached_) {
-      cache_.clear();
-      masks_.clear();
-    }
+    if (cache_.size() >= max_cached_) cache_.clear();  // the pages stay for the next masks
     if (max_cached_ > 0) {
-      cache_.emplace(s, cache_.size());
-      masks_.insert(masks_.end(), out.begin(), out.end());
+      const std::size_t k = cache_.size();
+      if (k / page_masks >= pages_.size())
+        pages_.push_back(std::make_unique<std::uint64_t[]>(page_masks * words_));
+      std::copy(out.begin(), out.end(), cached(k));
+      cache_.emplace(s, k);
     }
   }
 
@@ -107,27 +107,79 @@ class token_grammar {
   }
 
  private:
-  // A state's self loops: the ASCII bytes that lead back to it, and whether every non-ASCII
-  // character does (inside a JSON string: all but '"', '\\' and controls, and all of them).
+  // A state's loop: the ASCII bytes that all lead to one same state `step` (s itself when s
+  // loops on them: inside an unbounded JSON string, all but '"', '\\' and controls), and whether
+  // every non-ASCII character leads there too. `budget`: every token made only of those bytes
+  // and characters with at most that many bytes is allowed from s; unlimited for a self loop,
+  // and for a bounded repetition (a string's maxLength, x{m,n}) the copies left, found by
+  // following `step` while each next state loops on at least the same bytes.
+  static constexpr std::uint32_t unlimited = 0xFFFFFFFFu;
+  static constexpr int min_loop_bytes = 16;  // fewer: the walk over them is short anyway
   struct loop_info {
     bool known = false;
     bool big = false;  // enough loop bytes for the walk to use them
     std::array<std::uint64_t, 2> ascii{};
     bool non_ascii = false;
+    state_id step = byte_automaton::dead;
+    std::uint32_t budget = 0;  // 0: not yet known (see budget_of)
   };
   const loop_info& loops_of(state_id s) {
     if (loops_.size() <= s) loops_.resize(automaton_.state_count());
-    loop_info& l = loops_[s];
-    if (l.known) return l;
+    if (loops_[s].known) return loops_[s];
+    loop_info l;
     l.known = true;
     // The dead state leads to itself on every byte, but allows nothing.
-    if (s == byte_automaton::dead || !automaton_.between_characters(s)) return l;
-    for (unsigned b = 0; b < 128; ++b)
-      if (automaton_.next(s, static_cast<unsigned char>(b)) == s)
-        l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
-    l.non_ascii = automaton_.uniform_non_ascii(s) && automaton_.next(s, "\xc2\x80") == s;
-    l.big = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= 48;
-    return l;
+    if (s != byte_automaton::dead && automaton_.between_characters(s)) {
+      // The loop's target: s itself if some byte leads back to it, else the live state the
+      // most ASCII bytes lead to.
+      std::array<state_id, 128> to{};
+      for (unsigned b = 0; b < 128; ++b) to[b] = automaton_.next(s, static_cast<unsigned char>(b));
+      state_id step = byte_automaton::dead;
+      if (std::find(to.begin(), to.end(), s) != to.end()) {
+        step = s;
+      } else {
+        std::array<state_id, 128> sorted = to;
+        std::sort(sorted.begin(), sorted.end());
+        std::size_t best = 0;
+        for (std::size_t i = 0; i < 128;) {
+          std::size_t j = i;
+          while (j < 128 && sorted[j] == sorted[i]) ++j;
+          if (sorted[i] != byte_automaton::dead && j - i > best) best = j - i, step = sorted[i];
+          i = j;
+        }
+      }
+      if (step != byte_automaton::dead) {
+        for (unsigned b = 0; b < 128; ++b)
+          if (to[b] == step) l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
+        l.non_ascii = automaton_.uniform_non_ascii(s) && automaton_.next(s, "\xc2\x80") == step;
+        l.step = step;
+        l.big = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= min_loop_bytes;
+        if (step == s) l.budget = unlimited;
+      }
+    }
+    if (loops_.size() <= s) loops_.resize(automaton_.state_count());
+    loops_[s] = l;
+    return loops_[s];
+  }
+  // The budget of s (loop_info): how many times in a row every one of its loop bytes (and
+  // characters) leads from one state to one next live state, capped at index().max_depth()
+  // (unlimited from there on: no token is longer). Each step is checked on the stacks
+  // (byte_automaton::next_on_all): one transition per step, not 128.
+  std::uint32_t budget_of(state_id s) {
+    const loop_info& l = loops_of(s);
+    if (!l.big) return 0;
+    if (l.budget != 0) return l.budget;
+    const std::size_t cap = index_->max_depth();
+    const auto ascii = l.ascii;
+    const bool non_ascii = l.non_ascii;
+    std::uint32_t steps = 1;  // s -> l.step
+    for (state_id cur = l.step; steps <= cap; ++steps) {
+      cur = automaton_.next_on_all(cur, ascii, non_ascii);
+      if (cur == byte_automaton::dead || cur == byte_automaton::mixed) break;
+    }
+    const std::uint32_t budget = steps > cap ? unlimited : steps;
+    loops_[s].budget = budget;
+    return budget;
   }
 
   // The walk (see the top). From a state with many self loops, the tokens made only of loop
@@ -135,11 +187,17 @@ class token_grammar {
   // its UTF-8 validity, from a prefix that stayed in it) is skipped whole: inside a string
   // the walk visits only tokens with a quote, a backslash or a control byte.
   void compute(state_id s, std::span<std::uint64_t> out) {
+    const std::uint32_t budget = budget_of(s);
     const loop_info l = loops_of(s);  // a copy: loops_ grows below
     const bool fast = l.big;
     if (fast) {
       const auto& base = index_->loop_mask(l.ascii, l.non_ascii);
-      std::copy(base.begin(), base.end(), out.begin());
+      if (budget == unlimited) {
+        std::copy(base.begin(), base.end(), out.begin());
+      } else {
+        const auto& len = index_->length_mask(budget);
+        for (std::size_t w = 0; w < words_; ++w) out[w] = base[w] & len[w];
+      }
     } else {
       std::fill(out.begin(), out.end(), 0);
     }
@@ -154,7 +212,8 @@ class token_grammar {
       const token_index::node& nd = nodes[i];
       const int prev = dec_[nd.depth - 1u];
       if (fast && prev == 0 && (sums[i].ascii[0] & l0) == 0 && (sums[i].ascii[1] & l1) == 0 &&
-          (!sums[i].non_ascii || (l.non_ascii && (sums[i].utf8_ok & 1)))) {
+          (!sums[i].non_ascii || (l.non_ascii && (sums[i].utf8_ok & 1))) &&
+          sums[i].max_len <= budget) {
         i = nd.end;  // all in loop_mask
         continue;
       }
@@ -163,7 +222,7 @@ class token_grammar {
       const state_id p = states_[nd.depth - 1u];
       if (nd.depth > 1 && nd.depth <= 4 && p != s) {
         const loop_info& lp = loops_of(p);
-        if (lp.big && (sums[i].ascii[0] & ~lp.ascii[0]) == 0 &&
+        if (lp.big && lp.budget == unlimited && (sums[i].ascii[0] & ~lp.ascii[0]) == 0 &&
             (sums[i].ascii[1] & ~lp.ascii[1]) == 0 &&
             (!sums[i].non_ascii || (lp.non_ascii && (sums[i].utf8_ok & 1)))) {
           const std::uint32_t end =
@@ -212,8 +271,14 @@ class token_grammar {
   std::vector<state_id> states_;  // the walk's state per trie depth
   std::vector<int> dec_;          // the walk's loop-path UTF-8 state per depth (-1: left it)
   std::vector<loop_info> loops_;  // by state
+  // Cached masks by state: mask k in pages_, page_masks a page, so that caching one more never
+  // copies the others (4,096 masks of Llama 3's vocabulary are 64 MB).
+  static constexpr std::size_t page_masks = 16;
   std::unordered_map<state_id, std::size_t> cache_;
-  std::vector<std::uint64_t> masks_;  // cached masks, words_ each
+  std::vector<std::unique_ptr<std::uint64_t[]>> pages_;
+  std::uint64_t* cached(std::size_t k) {
+    return pages_[k / page_masks].get() + (k % page_masks) * words_;
+  }
 };
 
 class token_matcher {
