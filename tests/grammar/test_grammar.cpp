@@ -11,11 +11,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "npullm/batch/grammar_processor.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/grammar/gbnf.hpp"
+#include "npullm/grammar/grammar_cache.hpp"
 #include "npullm/grammar/json_schema.hpp"
 #include "npullm/grammar/token_matcher.hpp"
 
@@ -503,6 +505,117 @@ TEST(grammar_processor, sampler_chooses_only_allowed_tokens) {
   bad.push_back(3);
   EXPECT_EQ(greedy.sample(row, bad), 0);
   EXPECT_THROW(greedy.sample(row, std::vector<std::int32_t>{14}), npullm::error);
+}
+
+// The prefetch hook (sampler_config::prefetch): the mask computed on another thread for the
+// context that comes next changes nothing in the rows; a context other than the one prefetched
+// is computed when asked; a processor destroyed with a prefetch in flight waits for it.
+TEST(grammar_processor, prefetch_changes_nothing_but_when) {
+  toy_vocab v;
+  auto g = std::make_shared<token_grammar>(parse_gbnf("root ::= \"ab\" \"a\"* \"}\""), v.index());
+  const npullm::batch::grammar_processor plain(g, 2), pre(g, 2);  // one grammar, two threads
+  const auto hook = pre.prefetcher();
+  const std::vector<std::vector<std::int32_t>> contexts = {
+      {14, 14}, {14, 14, 4}, {14, 14, 4, 2}, {14, 14, 4, 2, 21}, {14, 14, 4, 7}, {14, 14, 3}};
+  for (std::size_t k = 0; k < contexts.size(); ++k) {
+    for (const std::size_t asked : {k, (k + 2) % contexts.size()}) {  // as prefetched, or not
+      hook(contexts[k]);
+      std::vector<float> a(24, 1.0f), b(24, 1.0f);
+      plain(contexts[asked], a);
+      pre(contexts[asked], b);
+      EXPECT_EQ(a, b) << k << " " << asked;
+    }
+  }
+  // Through a sampler: the same choices with and without the hook.
+  npullm::batch::sampler with({.temperature = 1.0f, .processor = pre, .prefetch = hook}, 3);
+  npullm::batch::sampler without({.temperature = 1.0f, .processor = plain}, 3);
+  std::vector<std::int32_t> context = {14, 14};
+  const std::vector<float> flat(22, 0.0f);
+  for (int k = 0; k < 6; ++k) {
+    with.prefetch(context);
+    const std::int32_t t = with.sample(flat, context);
+    EXPECT_EQ(without.sample(flat, context), t) << k;
+    if (t == 0) break;
+    context.push_back(t);
+  }
+  hook(std::vector<std::int32_t>{14});  // shorter than the prompt: the call raises, not the hook
+  std::vector<float> row(22, 0.0f);
+  EXPECT_THROW(pre(std::vector<std::int32_t>{14}, row), npullm::error);
+  {
+    const npullm::batch::grammar_processor q(g, 2);
+    q.prefetcher()(contexts[3]);
+  }  // waits for its job
+}
+
+// Compiled grammars kept by text: the same text gives the same grammar, its kind and options
+// are part of the key, the least recently used leaves first, a failed compilation raises each
+// time and is not kept.
+TEST(grammar_cache, shares_compiled_grammars_by_text) {
+  toy_vocab v;
+  grammar_cache cache(v.index(), 2);
+  const auto a = cache.gbnf("root ::= \"a\"+");
+  EXPECT_EQ(cache.gbnf("root ::= \"a\"+"), a);
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(cache.misses(), 1u);
+  const std::string schema = R"({"type": "integer"})";
+  const auto flexible = cache.json_schema(schema);
+  const auto compact = cache.json_schema(schema, {json_whitespace::compact});
+  EXPECT_NE(flexible, compact);
+  EXPECT_EQ(cache.size(), 2u);                  // capacity 2: the GBNF grammar (least recent) left
+  EXPECT_NE(cache.gbnf("root ::= \"a\"+"), a);  // compiled again
+  EXPECT_EQ(cache.misses(), 4u);
+  token_matcher m(a);  // a grammar that left stays usable
+  EXPECT_TRUE(m.try_accept(2));
+  // Errors: raised each time, nothing kept, the rest unchanged.
+  EXPECT_THROW((void)cache.json_schema(R"({"type": "strnig"})"), npullm::error);
+  EXPECT_THROW((void)cache.json_schema(R"({"type": "strnig"})"), npullm::error);
+  EXPECT_THROW((void)cache.gbnf("root ::= (\"a\""), npullm::error);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.json_schema(schema, {json_whitespace::compact}), compact);
+  EXPECT_THROW(grammar_cache(nullptr), npullm::error);
+  EXPECT_THROW(grammar_cache(v.index(), 0), npullm::error);
+}
+
+// One grammar shared by threads (a cached grammar serving several sequences): compiled once
+// when the threads ask for it together, and each thread's masks equal those of one thread alone.
+TEST(grammar_cache, one_grammar_serves_several_threads) {
+  toy_vocab v;
+  const std::string text = "root ::= (\"a\" | \"b\" | \"ab\")* (\"12\" | \"1\")+ \"\\n\"";
+  const std::vector<std::int32_t> path = {4, 5, 2, 21, 3, 12, 13, 20};  // ab ba a aaa b 1 12 \n
+  // The reference: a grammar of its own, one thread.
+  std::vector<std::vector<std::uint64_t>> expected;
+  {
+    token_matcher m(std::make_shared<token_grammar>(parse_gbnf(text), v.index()));
+    for (const std::int32_t id : path) {
+      expected.push_back(m.mask());
+      m.accept(id);
+    }
+    expected.push_back(m.mask());
+  }
+  grammar_cache cache(v.index());
+  constexpr int threads = 4;
+  std::vector<std::shared_ptr<token_grammar>> got(threads);
+  std::vector<int> wrong(threads, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      got[t] = cache.gbnf(text);
+      for (int round = 0; round < 50; ++round) {
+        token_matcher m(got[t]);
+        for (std::size_t k = 0; k <= path.size(); ++k) {
+          wrong[t] += m.mask() != expected[k];
+          if (k < path.size() && !m.try_accept(path[k])) ++wrong[t];
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(got[t], got[0]) << t;
+    EXPECT_EQ(wrong[t], 0) << t;
+  }
+  EXPECT_EQ(cache.misses(), 1u);
+  EXPECT_EQ(cache.hits(), static_cast<std::size_t>(threads - 1));
 }
 
 // The fuzz corpus (tests/grammar/corpus_grammar) through fuzz_grammar.cpp's checks.

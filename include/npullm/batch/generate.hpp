@@ -401,6 +401,8 @@ class generator {
   void decode(const token_callback& cb) {
     if (running_.empty()) return;
     std::vector<draft_proposal> proposals = propose();
+    // The samplers' processors may start on the first row's context while the model runs.
+    for (const sequence& r : running_) requests_[r.id].rng.prefetch(requests_[r.id].context);
     step_output out;
     for (;;) {
       // Each sequence's pending token and proposals; logits for every row (and hidden rows).

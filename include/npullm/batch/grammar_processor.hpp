@@ -13,14 +13,21 @@
 // the row: speculative verification discards that row, and a sampler never chooses such a
 // context by itself.
 //
+// prefetcher() gives the sampler's prefetch hook (sampler_config::prefetch): it brings the
+// matcher to a context and computes its mask on another thread (std::async) while the caller
+// runs the model; the next call with that context uses the mask (waiting for it if need be),
+// any other context is computed as before. The masks are the same either way.
+//
 // Row entries past the vocabulary (an embedding padded to a round size) are masked too.
 // Copies share one matcher (std::function copies it): make one processor per sequence; they may
-// share a token_grammar, used by one thread at a time.
+// share a token_grammar (grammar_cache.hpp's), on one thread or several.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <limits>
 #include <memory>
 #include <span>
@@ -43,29 +50,21 @@ class grammar_processor {
       raise(error_code::invalid_argument, "grammar_processor: a context of ", context.size(),
             " tokens is shorter than its prompt of ", prompt_);
     state& s = *s_;
-    const auto generated = context.subspan(prompt_);
-    std::size_t same = 0;
-    while (same < s.tokens.size() && same < generated.size() && s.tokens[same] == generated[same])
-      ++same;
-    s.matcher.rollback(s.tokens.size() - same);
-    s.tokens.resize(same);
-    bool valid = true;
-    for (std::size_t k = same; k < generated.size(); ++k) {
-      if (!s.matcher.try_accept(generated[k])) {
-        valid = false;
-        break;
-      }
-      s.tokens.push_back(generated[k]);
-    }
+    s.wait();
+    const bool valid = s.sync(context.subspan(prompt_));
     constexpr float masked = -std::numeric_limits<float>::infinity();
-    const std::size_t n = s.matcher.compiled().index().size();
+    const grammar::token_index& index = s.matcher.compiled().index();
+    const std::size_t n = index.size();
     if (!valid) {
       for (std::size_t i = 0; i < row.size(); ++i) {
-        if (!s.matcher.compiled().index().is_eog(static_cast<std::int32_t>(i))) row[i] = masked;
+        if (!index.is_eog(static_cast<std::int32_t>(i))) row[i] = masked;
       }
       return;
     }
-    s.matcher.fill_mask(s.mask);
+    if (!s.mask_ready) {
+      s.matcher.fill_mask(s.mask);
+      s.mask_ready = true;
+    }
     for (std::size_t w = 0; w < s.mask.size(); ++w) {
       const std::uint64_t bits = s.mask[w];
       if (bits == ~std::uint64_t{0}) continue;
@@ -76,16 +75,68 @@ class grammar_processor {
     for (std::size_t i = n; i < row.size(); ++i) row[i] = masked;
   }
 
+  // The hook for sampler_config::prefetch (see the top). A context shorter than the prompt is
+  // ignored here (the call with it raises).
+  [[nodiscard]] std::function<void(std::span<const std::int32_t>)> prefetcher() const {
+    return [s = s_, prompt = prompt_](std::span<const std::int32_t> context) {
+      if (context.size() < prompt) return;
+      s->wait();
+      std::vector<std::int32_t> generated(context.begin() + static_cast<std::ptrdiff_t>(prompt),
+                                          context.end());
+      state* st = s.get();  // the state waits for the job before it goes (~state)
+      st->job = std::async(std::launch::async, [st, generated = std::move(generated)] {
+        try {
+          if (st->sync(generated) && !st->mask_ready) {
+            st->matcher.fill_mask(st->mask);
+            st->mask_ready = true;
+          }
+        } catch (...) {
+          st->mask_ready = false;  // the call with this context computes it again, and raises
+        }
+      });
+    };
+  }
+
   // The matcher after the last call's context (can_end, accepted tokens).
-  [[nodiscard]] const grammar::token_matcher& matcher() const noexcept { return s_->matcher; }
+  [[nodiscard]] const grammar::token_matcher& matcher() const {
+    s_->wait();
+    return s_->matcher;
+  }
 
  private:
   struct state {
     explicit state(std::shared_ptr<grammar::token_grammar> g)
         : matcher(std::move(g)), mask(matcher.words()) {}
+    state(const state&) = delete;
+    state& operator=(const state&) = delete;
+    ~state() { wait(); }
+
+    void wait() {
+      if (job.valid()) job.get();  // the job keeps its own errors
+    }
+    // Brings the matcher to the generated tokens: rolled back to the longest prefix it shares
+    // with them, then the rest accepted. False when the grammar refuses one of them (the
+    // matcher then holds the allowed prefix).
+    bool sync(std::span<const std::int32_t> generated) {
+      std::size_t same = 0;
+      while (same < tokens.size() && same < generated.size() && tokens[same] == generated[same])
+        ++same;
+      if (same == tokens.size() && same == generated.size()) return true;
+      mask_ready = false;
+      matcher.rollback(tokens.size() - same);
+      tokens.resize(same);
+      for (std::size_t k = same; k < generated.size(); ++k) {
+        if (!matcher.try_accept(generated[k])) return false;
+        tokens.push_back(generated[k]);
+      }
+      return true;
+    }
+
     grammar::token_matcher matcher;
     std::vector<std::int32_t> tokens;  // the generated tokens the matcher has accepted
     std::vector<std::uint64_t> mask;
+    bool mask_ready = false;  // mask is the grammar's after exactly `tokens`
+    std::future<void> job;    // a prefetch in flight (last: it goes first, waiting for the job)
   };
   std::shared_ptr<state> s_;
   std::size_t prompt_ = 0;

@@ -100,6 +100,12 @@ inline void check_logits(std::span<const float> row, std::string_view who) {
 using logits_processor =
     std::function<void(std::span<const std::int32_t> context, std::span<float> row)>;
 
+// The prefetch hook: called with the context of the row the processor will be asked about
+// next, before the model computes that row, so that a processor can start its work on another
+// thread while the forward pass runs (grammar_processor::prefetcher: the grammar's mask). It
+// must not change what the processor does, only how soon it is ready.
+using logits_prefetch = std::function<void(std::span<const std::int32_t> context)>;
+
 struct sampler_config {
   float temperature = 0.0f;  // 0: greedy
   std::size_t top_k = 0;     // 0: all tokens
@@ -113,6 +119,7 @@ struct sampler_config {
   std::int64_t penalty_last_n = 64;  // the penalties' window of context tokens; 0: off; >= 0
   std::vector<token_bias> logit_bias{};
   logits_processor processor{};
+  logits_prefetch prefetch{};  // see logits_prefetch; the generators call it before each step
 
   // Refuses (invalid_argument) what no vocabulary makes right; bias token ids are checked
   // against the row (sampler) or the vocabulary (generator::submit).
@@ -228,6 +235,11 @@ class sampler {
 
   [[nodiscard]] const sampler_config& config() const noexcept { return config_; }
   [[nodiscard]] bool greedy() const noexcept { return config_.temperature == 0.0f; }
+
+  // Tells the processor which context comes next (sampler_config::prefetch), if it listens.
+  void prefetch(std::span<const std::int32_t> context) const {
+    if (config_.prefetch) config_.prefetch(context);
+  }
 
   // A token for a logits row (vocab) after context. Throws, with the stream unchanged, for a
   // row check_logits refuses, a bias or context token outside it, or a row the chain leaves

@@ -14,8 +14,11 @@
 // the matcher is finished: nothing more is allowed.
 //
 // A token_matcher holds its history (the automaton state after each accepted token), so
-// rollback is popping and fork is a copy; matchers of one token_grammar share its caches and
-// must run on one thread at a time (one token_grammar per thread otherwise).
+// rollback is popping and fork is a copy; matchers of one token_grammar share its caches.
+// Thread safety: a token_grammar's public functions take its lock (its automaton and caches
+// grow as masks are asked for), so matchers on several threads may share one (a server's
+// cached grammar, grammar_cache.hpp); their masks are then computed one at a time. One
+// token_matcher is used by one thread at a time.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -64,14 +68,21 @@ class token_grammar {
   }
 
   [[nodiscard]] const token_index& index() const noexcept { return *index_; }
-  [[nodiscard]] byte_automaton& automaton() noexcept { return automaton_; }
   [[nodiscard]] std::size_t words() const noexcept { return words_; }
+  // The state before any token.
+  [[nodiscard]] state_id start() const noexcept { return automaton_.start(); }
+  // States the automaton has built so far (it grows as masks are asked for).
+  [[nodiscard]] std::size_t state_count() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return automaton_.state_count();
+  }
 
   // The mask of state s into out (words() words).
   void fill_mask(state_id s, std::span<std::uint64_t> out) {
     if (out.size() != words_)
       raise(error_code::invalid_shape, "token mask of ", out.size(), " words for a vocabulary of ",
             index_->size(), " tokens (", words_, " words)");
+    const std::lock_guard<std::mutex> lock(mutex_);
     if (s == finished) {
       std::fill(out.begin(), out.end(), 0);
       return;
@@ -96,14 +107,17 @@ class token_grammar {
   // `finished` for an end-of-generation token where the grammar can end).
   state_id next(state_id s, std::int32_t id) {
     index_->check(id);
+    const std::lock_guard<std::mutex> lock(mutex_);
     if (s == finished) return byte_automaton::dead;
     if (index_->is_eog(id)) return automaton_.can_end(s) ? finished : byte_automaton::dead;
     if (!index_->has_bytes(id)) return byte_automaton::dead;
     return automaton_.next(s, index_->bytes(id));
   }
 
-  [[nodiscard]] bool can_end(state_id s) const noexcept {
-    return s == finished || automaton_.can_end(s);
+  [[nodiscard]] bool can_end(state_id s) const {
+    if (s == finished) return true;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return automaton_.can_end(s);
   }
 
  private:
@@ -264,6 +278,7 @@ class token_grammar {
     }
   }
 
+  mutable std::mutex mutex_;  // guards everything below but index_ and words_
   byte_automaton automaton_;
   std::shared_ptr<const token_index> index_;
   std::size_t words_ = 0;
@@ -287,7 +302,7 @@ class token_matcher {
 
   explicit token_matcher(std::shared_ptr<token_grammar> g) : g_(std::move(g)) {
     if (!g_) raise(error_code::invalid_argument, "token_matcher: no token_grammar");
-    history_.push_back(g_->automaton().start());
+    history_.push_back(g_->start());
   }
 
   // The allowed tokens now, as a bitset of words() words.
@@ -316,7 +331,7 @@ class token_matcher {
   }
 
   // Whether the tokens so far are a whole sentence (an end-of-generation token may come).
-  [[nodiscard]] bool can_end() const noexcept { return g_->can_end(history_.back()); }
+  [[nodiscard]] bool can_end() const { return g_->can_end(history_.back()); }
   // Whether an end-of-generation token was accepted.
   [[nodiscard]] bool finished() const noexcept {
     return history_.back() == token_grammar::finished;
