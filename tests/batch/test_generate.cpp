@@ -11,11 +11,14 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "npullm/batch/generate.hpp"
+#include "npullm/batch/grammar_processor.hpp"
+#include "npullm/grammar/gbnf.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/synthetic.hpp"
 
@@ -273,6 +276,50 @@ TEST(GeneratorSampling, EachRequestKeepsItsOwnSettingsInABatch) {
     EXPECT_LE(mass, 1.0 + 1e-9);
   }
   EXPECT_TRUE(g.result(ids[0]).logprobs.empty());  // only when asked for
+}
+
+// Constrained generation in a batch: each request's grammar processor (one compiled grammar
+// shared by all, masks prefetched while the model runs) keeps its tokens inside the grammar,
+// and the prefetch changes no token.
+TEST(GeneratorSampling, GrammarProcessorsWithPrefetchInABatch) {
+  std::vector<std::optional<std::string>> bytes(512);  // 0: EOS, 1: a control token
+  const std::string alphabet = "ab{}x.";
+  for (std::size_t id = 2; id < bytes.size(); ++id) {
+    std::string t;
+    for (std::size_t k = id; k > 0; k /= 6) t += alphabet[k % 6];
+    bytes[id] = t;
+  }
+  const auto index =
+      std::make_shared<const grammar::token_index>(bytes, std::vector<std::int32_t>{0});
+  const auto g = std::make_shared<grammar::token_grammar>(
+      grammar::parse_gbnf(R"(root ::= "{" ("a" | "b" | "ab")* "}")"), index);
+  const auto run = [&](bool prefetch) {
+    lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 2048});
+    generator<lm_t> gen(lm, {.max_batch = 4});
+    std::vector<std::size_t> ids;
+    for (std::uint32_t i = 0; i < 4; ++i) {
+      request r;
+      r.prompt = prompt(10 + 7 * i, 20 + i);
+      r.max_new_tokens = 12;
+      r.stop = {0};
+      r.seed = 40 + i;
+      const grammar_processor p(g, r.prompt.size());
+      r.sampling = {.temperature = 1.0f, .processor = p};
+      if (prefetch) r.sampling.prefetch = p.prefetcher();
+      ids.push_back(gen.submit(r));
+    }
+    gen.run();
+    std::vector<std::vector<std::int32_t>> out;
+    for (const std::size_t id : ids) out.push_back(gen.result(id).tokens);
+    return out;
+  };
+  const auto with = run(true);
+  EXPECT_EQ(with, run(false));
+  for (const auto& tokens : with) {
+    ASSERT_FALSE(tokens.empty());
+    grammar::token_matcher m(g);
+    for (const std::int32_t t : tokens) EXPECT_TRUE(m.try_accept(t)) << t;
+  }
 }
 
 // A greedy request's log-probabilities are the log-softmax of the logits the pipeline gives
