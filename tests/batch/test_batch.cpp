@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "npullm/batch/scorer.hpp"

@@ -3,6 +3,7 @@
 // (counted), all blocks back at the end, streaming, and request validation.
 #include <gtest/gtest.h>
 
+#include "grammar_support.hpp"
 #include "support.hpp"
 
 #include <algorithm>
@@ -11,7 +12,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -282,17 +282,9 @@ TEST(GeneratorSampling, EachRequestKeepsItsOwnSettingsInABatch) {
 // shared by all, masks prefetched while the model runs) keeps its tokens inside the grammar,
 // and the prefetch changes no token.
 TEST(GeneratorSampling, GrammarProcessorsWithPrefetchInABatch) {
-  std::vector<std::optional<std::string>> bytes(512);  // 0: EOS, 1: a control token
-  const std::string alphabet = "ab{}x.";
-  for (std::size_t id = 2; id < bytes.size(); ++id) {
-    std::string t;
-    for (std::size_t k = id; k > 0; k /= 6) t += alphabet[k % 6];
-    bytes[id] = t;
-  }
-  const auto index =
-      std::make_shared<const grammar::token_index>(bytes, std::vector<std::int32_t>{0});
   const auto g = std::make_shared<grammar::token_grammar>(
-      grammar::parse_gbnf(R"(root ::= "{" ("a" | "b" | "ab")* "}")"), index);
+      grammar::parse_gbnf(R"(root ::= "{" ("a" | "b" | "ab")* "}")"),
+      npullm::testing::toy_token_index());
   const auto run = [&](bool prefetch) {
     lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 2048});
     generator<lm_t> gen(lm, {.max_batch = 4});

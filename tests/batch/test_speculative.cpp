@@ -7,12 +7,17 @@
 // and end to end on a 16-token vocabulary); bad arguments are refused before anything changes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "grammar_support.hpp"
+#include "npullm/batch/grammar_processor.hpp"
 #include "npullm/batch/speculative.hpp"
+#include "npullm/grammar/gbnf.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "speculative_support.hpp"
 #include "support.hpp"
@@ -415,6 +420,44 @@ TEST(Speculative, SampledWithEveryDraftKind) {
               expected().tokens)
         << name;
   });
+}
+
+// A grammar processor in speculative decoding (the draft's proposals and the target's rows go
+// through it): greedy output equals plain greedy decoding under the same grammar, and sampled
+// output stays inside the grammar. The grammar cannot end within the run (at least 100 bytes,
+// the tokens have at most 4): speculative_generate has no stop token.
+TEST(Speculative, GrammarProcessorThroughTheRounds) {
+  const auto g = std::make_shared<grammar::token_grammar>(
+      grammar::parse_gbnf(R"(root ::= ("{" [abx]* "}"){50,})"), toy_token_index());
+  const auto p = prompt();
+  std::vector<std::int32_t> plain_tokens;
+  {
+    lm_t plain(target_weights(), {.max_sequence = 128});
+    sampler greedy({.processor = grammar_processor(g, p.size())}, 0);
+    std::vector<std::int32_t> context = p;
+    auto out = plain.prefill(p);
+    std::int32_t t = greedy.sample(out.logits_of(p.size() - 1), context);
+    for (std::size_t i = 0; i < new_tokens; ++i) {
+      plain_tokens.push_back(t);
+      context.push_back(t);
+      if (i + 1 == new_tokens) break;
+      t = greedy.sample(plain.decode(std::array{t}).logits_of(0), context);
+    }
+  }
+  lm_t target(target_weights(), {.max_sequence = 128, .decode_rows = 8});
+  self_draft<lm_t> draft(target, 1);
+  for (const std::size_t k : {1, 3}) {
+    const grammar_processor gp(g, p.size());
+    EXPECT_EQ(speculative_generate_sampled(target, draft, p, new_tokens, k,
+                                           {.processor = gp, .prefetch = gp.prefetcher()}, 7),
+              plain_tokens)
+        << "k " << k;
+    const grammar_processor hot(g, p.size());
+    const auto sampled = speculative_generate_sampled(target, draft, p, new_tokens, k,
+                                                      {.temperature = 1.0f, .processor = hot}, 9);
+    grammar::token_matcher m(g);
+    for (const std::int32_t t : sampled) EXPECT_TRUE(m.try_accept(t)) << t << " k " << k;
+  }
 }
 
 // End to end on a 16-token vocabulary at temperature 4 (the generated model's logits are sharp:
