@@ -602,6 +602,7 @@ std::vector<std::int32_t> speculate(const char* who, Target& target, Draft& draf
     sel.logits_for(rows);
     if (hidden_wanted) sel.hidden_for(rows);
     const std::size_t base = target.length();  // context but its last token
+    if (target_rng) target_rng->prefetch(context);  // the first row's context: always checked
     const step_output v = target.decode(ids, sel);
     const round_verdict r =
         verify_round([&](std::size_t i) { return v.logits_of(i); }, d, target_rng, context);
