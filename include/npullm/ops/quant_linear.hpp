@@ -309,10 +309,10 @@ struct repack_access {
 template <weight_format F, std::size_t MR = tile_max_mr>
 inline void tile_rest(std::size_t rest, const std::byte* tile, std::size_t units,
                       const quantized_activations& a, std::size_t m0, std::size_t rows,
-                      const float* bias, float* y, std::size_t ldy) {
+                      const float* bias, float* y, std::size_t ldy, const std::byte* stream_end) {
   if constexpr (MR > 0) {
-    if (rest == MR) return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy);
-    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy);
+    if (rest == MR) return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy, stream_end);
+    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy, stream_end);
   }
 }
 
@@ -326,12 +326,15 @@ void tile_span(const repacked_quantized& w, const quantized_activations& a, std:
                std::size_t ldy) {
   constexpr std::size_t R = tile_height;
   const std::size_t n = w.rows(), units = w.cols() / 32 / tile_unit_pieces(F);
+  // (a tile's rows of x past the first tile_max_mr read it again: from cache, no prefetch)
+  const std::byte* end =
+      t1 > t0 ? repack_access::tile(w, t1 - 1) + repack_access::tile_bytes(w) : nullptr;
   for (std::size_t i = t0; i < t1; ++i) {
     const std::size_t n0 = i * R, rows = std::min(R, n - n0);
     const float* b = bias ? bias + n0 : nullptr;
     for (std::size_t r = 0; r < m; r += tile_max_mr) {
       tile_rest<F>(std::min(tile_max_mr, m - r), repack_access::tile(w, i), units, a, m0 + r, rows,
-                   b, y + r * ldy + n0, ldy);
+                   b, y + r * ldy + n0, ldy, r == 0 ? end : nullptr);
     }
   }
 }
