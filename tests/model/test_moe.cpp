@@ -131,6 +131,14 @@ TEST(moe_router, groups_rows_by_expert_in_row_order) {
 
 // ---- moe_mlp against a double reference ------------------------------------------------------
 
+// n values of N(0, 1) from rng (a step's rows of x).
+std::vector<float> normal_values(std::size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
 struct random_moe {
   std::size_t H, F, SF, E, K;
   bool normalize;
@@ -275,10 +283,8 @@ TEST(moe_mlp, a_pool_gives_the_serial_result) {
   random_moe m(64, 48, 32, 8, 3, true, 9);
   thread_pool pool(2);
   std::mt19937 rng(4);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   for (const std::size_t S : {1u, 3u, 21u}) {
-    std::vector<float> x(S * m.H);
-    for (float& v : x) v = d(rng);
+    const auto x = normal_values(S * m.H, rng);
     moe_scratch a, b;
     const auto serial = m.run(x, a);
     const auto side_by_side = m.run(x, b, &pool, S * m.K);
@@ -393,10 +399,8 @@ TEST(moe_mlp, a_tiled_step_equals_linear_over_the_same_tiles_bit_for_bit) {
   const tiled_moe t(m);
   thread_pool pool(2);
   std::mt19937 rng(6);
-  std::normal_distribution<float> d(0.0f, 1.0f);
   for (const std::size_t S : {1u, 3u, 16u}) {
-    std::vector<float> x(S * m.H);
-    for (float& v : x) v = d(rng);
+    const auto x = normal_values(S * m.H, rng);
     moe_scratch a, b, f;
     const auto serial = t.run(x, a);
     const auto pooled = t.run(x, b, &pool);
