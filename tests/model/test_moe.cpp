@@ -381,8 +381,9 @@ struct tiled_moe {
     }
     for (std::size_t r = 0; r < S; ++r) {
       expert(&x[r * H], w.shared_gate, w.shared_up, w.shared_down);
-      float dot = 0;
-      for (std::size_t i = 0; i < H; ++i) dot += x[r * H + i] * m.sg[i];
+      float dot = 0;  // (by ops::linear, as moe_mlp takes it)
+      ops::linear(dense_view<const float, 2>(&x[r * H], 1, H),
+                  dense_view<const float, 2>(m.sg.data(), 1, H), dense_view<float, 2>(&dot, 1, 1));
       const float gate = 1.0f / (1.0f + std::exp(-dot));
       for (std::size_t j = 0; j < H; ++j) y[r * H + j] += gate * o[j];
     }
