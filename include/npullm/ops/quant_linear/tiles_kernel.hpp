@@ -45,11 +45,14 @@ inline constexpr auto iq4_table_biased = [] {
 
 // Bytes ahead of the unit being read that the kernel prefetches (one stream per thread: the
 // hardware prefetchers alone leave the first load of each unit waiting; see gemv_rows), on
-// through the tiles of the thread's part (stream_end below). 6144 rather than 1536, and to the
-// part's end rather than the tile's: Zen 4 guest, q8_0, one 151936 x 1024 GEMV at 1 thread
-// 19-20 -> 22-26 GB/s, 12 layers of Qwen2-MoE experts 16-18 -> 20-22 GB/s (a noisy shared
-// machine: ranges over alternating runs).
-inline constexpr std::size_t tile_prefetch_bytes = 6144;
+// through the tiles of the thread's part (stream_end below), not only to the tile's end.
+// Measured on the Zen 4 guest, one 151936 x 1024 GEMV at 1 thread, best of 5 (a noisy shared
+// machine): q4_k 10-13 GB/s stopping at the tile's end, 22 on to the part's end; q6_k 14-22
+// either way at 1536 bytes, 12-17 at 6144; q8_0 (units of 544 bytes) 19-21 at 1536,
+// 22-26 at 6144.
+constexpr std::size_t tile_prefetch_bytes(weight_format f) noexcept {
+  return f == weight_format::q8_0 ? 6144 : 1536;
+}
 
 #if defined(__AVX2__)
 // y[m, n0 .. n0 + rows) for the MR rows of x from m0 (rows <= R of the tile are stored).
@@ -78,7 +81,7 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       reinterpret_cast<const char*>(stream_end != nullptr ? stream_end : tile + units * ub);
   for (std::size_t u = 0; u < units; ++u) {
     const std::byte* p = tile + u * ub;
-    const char* pf = reinterpret_cast<const char*>(p) + tile_prefetch_bytes;
+    const char* pf = reinterpret_cast<const char*>(p) + tile_prefetch_bytes(F);
     for (std::size_t o = 0; o < ub; o += 64) {
       if (pf + o < end) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
