@@ -94,8 +94,8 @@ inline void add_expert_rows(const moe::expert_groups& g, std::size_t e, const fl
 
 // Per row r of x: s.logits[r] = router x[r] and, with a shared expert, s.shared_logits[r] =
 // shared_expert_gate . x[r]. Each row by ops::linear of one row (a vector kernel; a scalar
-// loop's chain of dependent adds took 1024 x 4 cycles per row and expert: 4.5 ms a layer for a
-// prefill of 128 tokens of Qwen2-MoE 1B, all on one thread), rows split over the policy's
+// loop's chain of dependent adds takes about 1024 x 4 cycles per row and expert: some 4.5 ms a
+// layer for a prefill of 128 tokens of Qwen2-MoE 1B, all on one thread), rows split over the
 // threads: a row's logits are the same bits in a step of any size, so a token is routed alike
 // alone, in a batch, in a verification step and in a prefill.
 template <storage_type W, threading_policy Policy>
