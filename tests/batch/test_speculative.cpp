@@ -19,6 +19,7 @@
 #include "npullm/batch/speculative.hpp"
 #include "npullm/grammar/gbnf.hpp"
 #include "npullm/model/causal_lm.hpp"
+#include "npullm/ops/quant.hpp"
 #include "speculative_support.hpp"
 #include "support.hpp"
 
@@ -68,6 +69,26 @@ struct drafts : npullm::testing::draft_set<lm_t> {
   explicit drafts(lm_t& t)
       : draft_set(t, other_dir(1, 512, 99), {.max_sequence = 128}, {expected()}) {}
 };
+
+// A mixture of experts (tiny-qwen2moe, every projection q8_0 and so tiled: verification steps
+// of k + 1 rows gather each expert's rows) drafting for itself: plain greedy, token for token.
+TEST(SpeculativeMoe, AMixtureWithItsTwinAsDraftGivesPlainGreedy) {
+  const auto w = model::model_weights<float>::load(
+      generated_model("tiny-qwen2moe", 23),
+      {.projections = model::quantization{ops::weight_format::q8_0, 0}});
+  ASSERT_EQ(w->config().moe.experts, 8u);
+  lm_t plain(w, {.max_sequence = 128});
+  const auto p = prompt();
+  const auto want = plain_greedy(plain, p, new_tokens).tokens;
+  for (const std::size_t k : {1u, 4u}) {
+    lm_t target(w, {.max_sequence = 128, .decode_rows = 8});
+    lm_t twin(w, {.max_sequence = 128, .decode_rows = 8});
+    model_draft<lm_t> draft{twin};
+    speculative_stats s;
+    EXPECT_EQ(speculative_generate(target, draft, p, new_tokens, k, &s), want) << "k " << k;
+    EXPECT_EQ(s.accepted, s.proposed) << "k " << k;  // its own twin: every proposal is right
+  }
+}
 
 TEST(Speculative, GreedyEqualsPlainForEveryDraftKind) {
   lm_t target(target_weights(), {.max_sequence = 128, .decode_rows = 8});

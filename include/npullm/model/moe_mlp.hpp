@@ -8,17 +8,25 @@
 //   prefill as in a decode step)
 //   + the shared expert over every row, scaled by sigmoid(shared_expert_gate . x)
 //
-// Only the chosen experts' matrices are read. A step whose S x k rows fit the buffers (decode,
-// speculative verification, small batches) runs the chosen experts as one parallel job, each
-// expert's products on one thread; a larger step runs them in turn, each product parallel
-// over the policy's threads. Either way an expert's products are those of a serial run when
-// the pool has one thread, and the sum over experts is in index order.
+// Only the chosen experts' matrices are read. Three ways, by step size and weights:
+//  - tiled (S <= 16: decode, speculative verification, small batches; every matrix the step
+//    reads repacked into tiles): x quantized once; every chosen expert's gate and up and the
+//    shared expert's as ONE parallel job split over all their tiles (ops/tiled_products.hpp),
+//    the activation products once over all of them, quantized once, then every down product
+//    as one job: two forks per layer, each product's tiles read as one contiguous stream per
+//    part, and each output that of linear over the tiles (so bit for bit the same for any
+//    thread count, and as the per-expert ways below give);
+//  - a step whose S x k rows fit the buffers, not tiled: the chosen experts as one parallel job,
+//    each expert's products on one thread;
+//  - a larger step: the experts in turn, each product parallel over the policy's threads.
+// Either way the sum over experts is in index order, then the shared expert's term.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "npullm/core/parallel.hpp"
@@ -27,14 +35,17 @@
 #include "npullm/model/weights.hpp"
 #include "npullm/moe/router.hpp"
 #include "npullm/ops/gelu_mul.hpp"
+#include "npullm/ops/linear.hpp"
 #include "npullm/ops/silu_mul.hpp"
+#include "npullm/ops/tiled_products.hpp"
 
 namespace npullm::model {
 
 // The host-side state of moe_mlp, kept by the pipeline between steps (no allocation per step
 // once the largest step has run).
 struct moe_scratch {
-  std::vector<float> logits;  // (S, experts)
+  std::vector<float> logits;         // (S, experts)
+  std::vector<float> shared_logits;  // (S): shared_expert_gate . x (with a shared expert)
   moe::routing routing;
   moe::expert_groups groups;
   // When `record`: every call's routing appended, in call order (per step, per MoE layer):
@@ -42,6 +53,12 @@ struct moe_scratch {
   bool record = false;
   std::vector<moe::routing> records;
   std::vector<std::size_t> active;  // the experts with rows this step
+  // The tiled way's: x (S, hidden) and its rows gathered by expert (S x k, hidden) quantized,
+  // gate / up (S x k rows of the experts, then S of the shared expert), their activation
+  // products quantized, the down outputs (S x k, then S, hidden) and the product list.
+  ops::tile_activations xq, xg, hq, hsq;
+  std::vector<float> gate, up, out;
+  std::vector<ops::tiled_product> products;
 };
 
 // Where moe_mlp works: gate / up hold `rows` x (the widest MLP) floats each, in / out `rows` x
@@ -53,6 +70,129 @@ struct moe_buffers {
   float* out = nullptr;
   std::size_t rows = 0;
 };
+
+// g = act(g) * u, elementwise over (rows, cols) (the model's hidden_act).
+inline void moe_act(const model_config& c, dense_view<float, 2> g, dense_view<const float, 2> u) {
+  if (c.hidden_act == activation_kind::gelu_tanh) {
+    ops::gelu_tanh_mul(g, u, g);
+  } else {
+    ops::silu_mul(g, u, g);
+  }
+}
+
+// y[row] += w · out's row i for expert e's i-th row (out: its rows' outputs, (count, H)).
+inline void add_expert_rows(const moe::expert_groups& g, std::size_t e, const float* out,
+                            dense_view<float, 2> y) {
+  const std::size_t o = g.offsets[e], H = y.extent(1);
+  for (std::size_t i = 0; i < g.count(e); ++i) {
+    float* yr = &y(static_cast<std::size_t>(g.rows[o + i]), 0);
+    const float* src = out + i * H;
+    const float w = g.weights[o + i];
+    for (std::size_t j = 0; j < H; ++j) yr[j] += w * src[j];
+  }
+}
+
+// Per row r of x: s.logits[r] = router x[r] and, with a shared expert, s.shared_logits[r] =
+// shared_expert_gate . x[r]. Each row by ops::linear of one row (a vector kernel; a scalar
+// loop's chain of dependent adds takes about 1024 x 4 cycles per row and expert: some 4.5 ms a
+// layer for a prefill of 128 tokens of Qwen2-MoE 1B, all on one thread), rows split over the
+// threads: a row's logits are the same bits in a step of any size, so a token is routed alike
+// alone, in a batch, in a verification step and in a prefill.
+template <storage_type W, threading_policy Policy>
+void router_logits(const moe_weights<W>& m, dense_view<const float, 2> x, moe_scratch& s,
+                   const Policy& policy) {
+  const std::size_t S = x.extent(0), H = x.extent(1), n = m.router.extent(0);
+  const bool shared = !m.shared_expert_gate.empty();
+  s.logits.resize(S * n);
+  s.shared_logits.resize(shared ? S : 0);
+  const std::size_t parts = std::min(S, policy.concurrency() * 4);
+  policy.parallel_for(parts, [&](std::size_t p) {
+    for (std::size_t r = chunk_begin(S, parts, p); r < chunk_begin(S, parts, p + 1); ++r) {
+      const dense_view<const float, 2> xr(&x(r, 0), 1, H);
+      ops::linear(xr, m.router, dense_view<float, 2>(s.logits.data() + r * n, 1, n));
+      if (shared) {
+        ops::linear(xr, dense_view<const float, 2>(m.shared_expert_gate.data(), 1, H),
+                    dense_view<float, 2>(s.shared_logits.data() + r, 1, 1));
+      }
+    }
+  });
+}
+
+// y[r] += sigmoid(s.shared_logits[r]) · out[r]: Qwen2-MoE's shared expert, out (S, H).
+inline void add_shared_expert(const moe_scratch& s, const float* out, dense_view<float, 2> y) {
+  const std::size_t H = y.extent(1);
+  for (std::size_t r = 0; r < y.extent(0); ++r) {
+    const float g = 1.0f / (1.0f + std::exp(-s.shared_logits[r]));
+    float* yr = &y(r, 0);
+    const float* o = out + r * H;
+    for (std::size_t j = 0; j < H; ++j) yr[j] += g * o[j];
+  }
+}
+
+// Whether a step of S rows takes the tiled way: S <= 16 and every matrix it reads has tiles.
+template <storage_type W>
+bool moe_tiled(const moe_weights<W>& m, const std::vector<std::size_t>& active, std::size_t S) {
+  if (S == 0 || S > 16 || active.empty()) return false;
+  const auto tiled = [](const projection<W>& p) { return p.repacked != nullptr; };
+  for (const std::size_t e : active) {
+    if (!tiled(m.gate[e]) || !tiled(m.up[e]) || !tiled(m.down[e])) return false;
+  }
+  return m.shared_gate.rows() == 0 ||
+         (tiled(m.shared_gate) && tiled(m.shared_up) && tiled(m.shared_down));
+}
+
+// The tiled way (see the top), after routing: s.groups and s.active are this step's; y is zero.
+template <storage_type W, threading_policy Policy>
+void moe_tiled_step(const moe_weights<W>& m, const model_config& c, dense_view<const float, 2> x,
+                    dense_view<float, 2> y, moe_scratch& s, const Policy& policy) {
+  const std::size_t S = x.extent(0), H = x.extent(1), k = c.moe.experts_per_token;
+  const std::size_t F = m.gate[s.active.front()].rows(), SK = S * k;
+  const bool shared = m.shared_gate.rows() != 0;
+  const std::size_t FS = shared ? m.shared_gate.rows() : 0;
+  ops::quantize_for_tiles(x, s.xq);
+  // Expert e's rows are rows [offsets[e], offsets[e + 1]) of the gathered set; when an expert
+  // takes every row of the step (always at S = 1), x's own quantized rows serve.
+  bool gather = false;
+  for (const std::size_t e : s.active) gather = gather || s.groups.count(e) != S;
+  if (gather) ops::gather_tile_rows(s.xq, s.groups.rows, s.xg);
+  s.gate.resize(SK * F + S * FS);
+  s.up.resize(SK * F + S * FS);
+  s.out.resize((SK + S) * H);
+  auto& ps = s.products;
+  ps.clear();
+  for (const std::size_t e : s.active) {
+    const std::size_t at = s.groups.offsets[e], ne = s.groups.count(e);
+    const ops::tile_activations* in = gather ? &s.xg : &s.xq;
+    const std::size_t m0 = gather ? at : 0;
+    ps.push_back({m.gate[e].repacked, in, m0, ne, s.gate.data() + at * F, F});
+    ps.push_back({m.up[e].repacked, in, m0, ne, s.up.data() + at * F, F});
+  }
+  if (shared) {
+    ps.push_back({m.shared_gate.repacked, &s.xq, 0, S, s.gate.data() + SK * F, FS});
+    ps.push_back({m.shared_up.repacked, &s.xq, 0, S, s.up.data() + SK * F, FS});
+  }
+  ops::run_tiled_products(std::span<const ops::tiled_product>(ps), policy);
+  // act(gate) * up over the experts' (S x k, F) rows, then the shared expert's (S, FS).
+  moe_act(c, dense_view<float, 2>(s.gate.data(), SK, F),
+          dense_view<const float, 2>(s.up.data(), SK, F));
+  ops::quantize_for_tiles(dense_view<const float, 2>(s.gate.data(), SK, F), s.hq);
+  if (shared) {
+    moe_act(c, dense_view<float, 2>(s.gate.data() + SK * F, S, FS),
+            dense_view<const float, 2>(s.up.data() + SK * F, S, FS));
+    ops::quantize_for_tiles(dense_view<const float, 2>(s.gate.data() + SK * F, S, FS), s.hsq);
+  }
+  ps.clear();
+  for (const std::size_t e : s.active) {
+    const std::size_t at = s.groups.offsets[e];
+    ps.push_back({m.down[e].repacked, &s.hq, at, s.groups.count(e), s.out.data() + at * H, H});
+  }
+  if (shared) ps.push_back({m.shared_down.repacked, &s.hsq, 0, S, s.out.data() + SK * H, H});
+  ops::run_tiled_products(std::span<const ops::tiled_product>(ps), policy);
+  // y = Σ over experts in index order of w · expert out, then + sigmoid(gate . x) · shared.
+  for (const std::size_t e : s.active)
+    add_expert_rows(s.groups, e, s.out.data() + s.groups.offsets[e] * H, y);
+  if (shared) add_shared_expert(s, s.out.data() + SK * H, y);
+}
 
 template <storage_type W, threading_policy Policy>
 void moe_mlp(const moe_weights<W>& m, const model_config& c, dense_view<const float, 2> x,
@@ -66,25 +206,12 @@ void moe_mlp(const moe_weights<W>& m, const model_config& c, dense_view<const fl
     const dense_view<float, 2> g(g_at, rows, ff), u(u_at, rows, ff);
     project(in, gate, g, {}, policy);
     project(in, up, u, {}, policy);
-    if (c.hidden_act == activation_kind::gelu_tanh) {
-      ops::gelu_tanh_mul(g, u, g);
-    } else {
-      ops::silu_mul(g, u, g);
-    }
+    moe_act(c, g, u);
     project(g, down, out, {}, policy);
   };
 
   // The router, from f32 weights (near-ties decide which experts run).
-  s.logits.resize(S * n);
-  for (std::size_t r = 0; r < S; ++r) {
-    const float* xr = &x(r, 0);
-    for (std::size_t e = 0; e < n; ++e) {
-      const float* wr = &m.router(e, 0);
-      float acc = 0;
-      for (std::size_t i = 0; i < H; ++i) acc += xr[i] * wr[i];
-      s.logits[r * n + e] = acc;
-    }
-  }
+  router_logits(m, x, s, policy);
   moe::route(dense_view<const float, 2>(s.logits.data(), S, n), k, c.moe.normalize_top_k,
              s.routing);
   moe::group_by_expert(s.routing, n, s.groups);
@@ -108,15 +235,10 @@ void moe_mlp(const moe_weights<W>& m, const model_config& c, dense_view<const fl
         dense_view<float, 2>(b.out + at * H, ne, H));
   };
   auto accumulate = [&](std::size_t e, std::size_t at) {
-    const std::size_t o = s.groups.offsets[e];
-    for (std::size_t i = 0; i < s.groups.count(e); ++i) {
-      float* yr = &y(static_cast<std::size_t>(s.groups.rows[o + i]), 0);
-      const float* src = b.out + (at + i) * H;
-      const float w = s.groups.weights[o + i];
-      for (std::size_t j = 0; j < H; ++j) yr[j] += w * src[j];
-    }
+    add_expert_rows(s.groups, e, b.out + at * H, y);
   };
   std::fill_n(y.data_handle(), S * H, 0.0f);
+  if (moe_tiled(m, s.active, S)) return moe_tiled_step(m, c, x, y, s, policy);
   if (policy.concurrency() > 1 && s.active.size() > 1 && S * k <= b.rows) {
     // A decode-sized step: the chosen experts side by side, one per thread at a time (their
     // products run serially inside the job: a pool's nested parallel_for does), so a layer
@@ -133,15 +255,7 @@ void moe_mlp(const moe_weights<W>& m, const model_config& c, dense_view<const fl
   if (m.shared_gate.rows() != 0) {
     const dense_view<float, 2> out(b.out, S, H);
     mlp(x, m.shared_gate, m.shared_up, m.shared_down, b.gate, b.up, out);
-    for (std::size_t r = 0; r < S; ++r) {
-      const float* xr = &x(r, 0);
-      float dot = 0;
-      for (std::size_t i = 0; i < H; ++i) dot += xr[i] * m.shared_expert_gate[i];
-      const float g = 1.0f / (1.0f + std::exp(-dot));
-      float* yr = &y(r, 0);
-      const float* o = &out(r, 0);
-      for (std::size_t j = 0; j < H; ++j) yr[j] += g * o[j];
-    }
+    add_shared_expert(s, out.data_handle(), y);
   }
 }
 

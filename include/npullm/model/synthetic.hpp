@@ -9,6 +9,8 @@
 //   preset("tiny-qwen2-window")  Qwen2 with use_sliding_window: layer 1 (max_window_layers 1)
 //                           has a 32-token window, layer 0 attends to everything
 //   preset("tiny-mistral")  Mistral: a 32-token sliding window on every layer
+//   preset("tiny-qwen2moe") Qwen2-MoE: "tiny" with a mixture in every layer (8 experts of 64,
+//                           top 2, not renormalized, a shared expert of 128 with its gate)
 //   preset("tiny-phi3")     Phi-3: fused qkv_proj and gate_up_proj, LongRoPE (original 64),
 //                           a 48-token sliding window
 //   preset("tiny-gemma2")   Gemma 2: (1 + w) norms, sandwich norms, GELU-tanh, scaled
@@ -127,6 +129,11 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
     c.rope_theta = 1000000.0;
     c.qk_norm = true;
     c.tie_word_embeddings = true;
+  } else if (name == "tiny-qwen2moe") {
+    c.family = model_family::qwen2;
+    c.rope_theta = 1000000.0;
+    c.attention_bias = true;
+    c.moe = {8, 2, 64, false, 128, {}};
   } else if (name == "tiny-mistral") {
     c.family = model_family::mistral;
     c.layer_windows.assign(c.num_hidden_layers, 32);
@@ -168,7 +175,8 @@ inline model_spec preset(std::string_view name, npullm::dtype weights = npullm::
     gemma2(256.0, 50.0, 4096);
   } else {
     raise(error_code::invalid_argument, "preset: unknown model preset '", name,
-          "' (tiny, tiny-llama, tiny-llama3, tiny-qwen2-window, tiny-qwen3, tiny-mistral, "
+          "' (tiny, tiny-llama, tiny-llama3, tiny-qwen2-window, tiny-qwen3, tiny-qwen2moe, "
+          "tiny-mistral, "
           "tiny-phi3, tiny-gemma2, qwen2-0.5b, llama-3.2-1b, qwen3-0.6b, mistral-7b, phi-3-mini, "
           "gemma-2-2b)");
   }
@@ -207,6 +215,25 @@ inline std::vector<std::pair<std::string, std::vector<std::size_t>>> tensor_list
     if (c.sandwich_norms) {
       t.push_back({p + "pre_feedforward_layernorm.weight", {h}});
       t.push_back({p + "post_feedforward_layernorm.weight", {h}});
+    }
+    if (const moe_config& m = c.moe; m.in_layer(l)) {  // the names bind_moe reads
+      const bool mixtral = c.family == model_family::llama || c.family == model_family::mistral;
+      const std::string b = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const std::size_t f = m.expert_intermediate_size, sf = m.shared_expert_intermediate_size;
+      t.push_back({b + "gate.weight", {m.experts, h}});
+      for (std::size_t e = 0; e < m.experts; ++e) {
+        const std::string x = b + "experts." + std::to_string(e) + ".";
+        t.push_back({x + (mixtral ? "w1.weight" : "gate_proj.weight"), {f, h}});
+        t.push_back({x + (mixtral ? "w3.weight" : "up_proj.weight"), {f, h}});
+        t.push_back({x + (mixtral ? "w2.weight" : "down_proj.weight"), {h, f}});
+      }
+      if (sf != 0) {
+        t.push_back({p + "mlp.shared_expert.gate_proj.weight", {sf, h}});
+        t.push_back({p + "mlp.shared_expert.up_proj.weight", {sf, h}});
+        t.push_back({p + "mlp.shared_expert.down_proj.weight", {h, sf}});
+        t.push_back({p + "mlp.shared_expert_gate.weight", {1, h}});
+      }
+      continue;
     }
     if (c.family == model_family::phi3) {
       t.push_back({p + "mlp.gate_up_proj.weight", {2 * inter, h}});
@@ -261,7 +288,7 @@ inline std::pair<double, double> init_of(std::string_view name,
   if (ends(".bias")) return {0.0, 0.02};
   if (name == "model.embed_tokens.weight" || name == "lm_head.weight") return {0.0, embed_std};
   double std = 1.0 / std::sqrt(static_cast<double>(shape.back()));  // fan_in
-  if (ends("o_proj.weight") || ends("down_proj.weight")) {
+  if (ends("o_proj.weight") || ends("down_proj.weight") || ends(".w2.weight")) {
     std /= std::sqrt(2.0 * static_cast<double>(c.num_hidden_layers));
   }
   return {0.0, std};

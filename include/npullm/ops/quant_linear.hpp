@@ -302,27 +302,53 @@ struct repack_access {
     return w.data_.data() + i * w.tile_bytes_;
   }
   static std::size_t tiles(const repacked_quantized& w) noexcept { return w.tiles_; }
+  static std::size_t tile_bytes(const repacked_quantized& w) noexcept { return w.tile_bytes_; }
 };
 
 // MR = rest rows of x (1 .. tile_max_mr) over one tile.
 template <weight_format F, std::size_t MR = tile_max_mr>
 inline void tile_rest(std::size_t rest, const std::byte* tile, std::size_t units,
                       const quantized_activations& a, std::size_t m0, std::size_t rows,
-                      const float* bias, float* y, std::size_t ldy) {
+                      const float* bias, float* y, std::size_t ldy, const std::byte* stream_end) {
   if constexpr (MR > 0) {
-    if (rest == MR) return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy);
-    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy);
+    if (rest == MR) return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy, stream_end);
+    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy, stream_end);
   }
 }
 
-template <weight_format F, threading_policy Policy>
-void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std::size_t m,
-               const float* bias, float* y, std::size_t ldy, const Policy& policy) {
+// Tiles [t0, t1) of w (output columns t0 R .. min(t1 R, N)) times rows [m0, m0 + m) of a
+// (quantized for tiles: quantize_activations(..., false, false, ..., -1)) into y's rows 0 .. m
+// (row i of y: row m0 + i of a). Each output is one tile_rows call's, whatever the range: the
+// same bits however a product is split into ranges.
+template <weight_format F>
+void tile_span(const repacked_quantized& w, const quantized_activations& a, std::size_t m0,
+               std::size_t m, std::size_t t0, std::size_t t1, const float* bias, float* y,
+               std::size_t ldy) {
   constexpr std::size_t R = tile_height;
-  const std::size_t n = w.rows(), k = w.cols();
+  const std::size_t n = w.rows(), units = w.cols() / 32 / tile_unit_pieces(F);
+  // (a tile's rows of x past the first tile_max_mr read it again: from cache, no prefetch)
+  const std::byte* end =
+      t1 > t0 ? repack_access::tile(w, t1 - 1) + repack_access::tile_bytes(w) : nullptr;
+  for (std::size_t i = t0; i < t1; ++i) {
+    const std::size_t n0 = i * R, rows = std::min(R, n - n0);
+    const float* b = bias ? bias + n0 : nullptr;
+    for (std::size_t r = 0; r < m; r += tile_max_mr) {
+      tile_rest<F>(std::min(tile_max_mr, m - r), repack_access::tile(w, i), units, a, m0 + r, rows,
+                   b, y + r * ldy + n0, ldy, r == 0 ? end : nullptr);
+    }
+  }
+}
+
+using tile_span_fn = void (*)(const repacked_quantized&, const quantized_activations&, std::size_t,
+                              std::size_t, std::size_t, std::size_t, const float*, float*,
+                              std::size_t);
+
+template <threading_policy Policy>
+void run_tiles_with(tile_span_fn span, const repacked_quantized& w, const float* x, std::size_t ldx,
+                    std::size_t m, const float* bias, float* y, std::size_t ldy,
+                    const Policy& policy) {
   thread_local quantized_activations act;
-  quantize_activations(x, ldx, m, k, false, false, act, -1, policy);
-  const std::size_t units = k / 32 / tile_unit_pieces(F);
+  quantize_activations(x, ldx, m, w.cols(), false, false, act, -1, policy);
   const std::size_t tiles = repack_access::tiles(w);
   // Parts of contiguous tiles (one stream each), several per thread so that a thread slowed by
   // other work does not hold the step (Q8_0 Qwen2-0.5B decode at 2 threads, Zen 4: 8 parts
@@ -331,16 +357,15 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
   const std::size_t parts = std::min(tiles, policy.concurrency() * per);
   const quantized_activations& a = act;
   policy.parallel_for(parts, [&](std::size_t part) {
-    for (std::size_t i = chunk_begin(tiles, parts, part); i < chunk_begin(tiles, parts, part + 1);
-         ++i) {
-      const std::size_t n0 = i * R, rows = std::min(R, n - n0);
-      const float* b = bias ? bias + n0 : nullptr;
-      for (std::size_t m0 = 0; m0 < m; m0 += tile_max_mr) {
-        tile_rest<F>(std::min(tile_max_mr, m - m0), repack_access::tile(w, i), units, a, m0, rows,
-                     b, y + m0 * ldy + n0, ldy);
-      }
-    }
+    span(w, a, 0, m, chunk_begin(tiles, parts, part), chunk_begin(tiles, parts, part + 1), bias, y,
+         ldy);
   });
+}
+
+template <weight_format F, threading_policy Policy>
+void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std::size_t m,
+               const float* bias, float* y, std::size_t ldy, const Policy& policy) {
+  run_tiles_with(&tile_span<F>, w, x, ldx, m, bias, y, ldy, policy);
 }
 
 // The per-format kernels instantiated once for a whole program (a build-time saving, not a
@@ -372,11 +397,16 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
   NPULLM_QK_EXTERN_ template void run_tiles<weight_format::F, P>(                              \
       const repacked_quantized&, const float*, std::size_t, std::size_t, const float*, float*, \
       std::size_t, const P&);
+#define NPULLM_QK_SPAN_(F)                                                               \
+  NPULLM_QK_EXTERN_ template void tile_span<weight_format::F>(                           \
+      const repacked_quantized&, const quantized_activations&, std::size_t, std::size_t, \
+      std::size_t, std::size_t, const float*, float*, std::size_t);
 // clang-format off
 #define NPULLM_QK_FORMAT_(F)                                     \
   NPULLM_QK_VIEW_(F, serial) NPULLM_QK_VIEW_(F, pool_policy)     \
   NPULLM_QK_PACKED_(F, serial) NPULLM_QK_PACKED_(F, pool_policy)
-#define NPULLM_QK_TILED_(F) NPULLM_QK_TILES_(F, serial) NPULLM_QK_TILES_(F, pool_policy)
+#define NPULLM_QK_TILED_(F) NPULLM_QK_TILES_(F, serial) NPULLM_QK_TILES_(F, pool_policy) \
+  NPULLM_QK_SPAN_(F)
 NPULLM_QK_FORMAT_(q8_0)
 NPULLM_QK_FORMAT_(q4_0)
 NPULLM_QK_FORMAT_(q4_k)
@@ -407,11 +437,37 @@ static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
               "a new weight_format: add it to the extern instantiations above");
 #undef NPULLM_QK_TILED_
 #undef NPULLM_QK_FORMAT_
+#undef NPULLM_QK_SPAN_
 #undef NPULLM_QK_TILES_
 #undef NPULLM_QK_PACKED_
 #undef NPULLM_QK_VIEW_
 #undef NPULLM_QK_EXTERN_
 #endif
+
+// tile_span of a repacked matrix's format (nullptr: a format without tiles in this build).
+constexpr tile_span_fn tile_span_for(weight_format f) noexcept {
+  using F = weight_format;
+  auto of = []<F g>() -> tile_span_fn {
+    if constexpr (has_tiles(g)) {
+      return &tile_span<g>;
+    } else {
+      return nullptr;
+    }
+  };
+  switch (f) {
+    case F::q8_0: return of.template operator()<F::q8_0>();
+    case F::q4_0: return of.template operator()<F::q4_0>();
+    case F::q4_k: return of.template operator()<F::q4_k>();
+    case F::q6_k: return of.template operator()<F::q6_k>();
+    case F::q4_1: return of.template operator()<F::q4_1>();
+    case F::q5_0: return of.template operator()<F::q5_0>();
+    case F::q5_1: return of.template operator()<F::q5_1>();
+    case F::q5_k: return of.template operator()<F::q5_k>();
+    case F::iq4_nl: return of.template operator()<F::iq4_nl>();
+    case F::iq4_xs: return of.template operator()<F::iq4_xs>();
+    default: return nullptr;
+  }
+}
 
 // linear over w (its view, its packed panels when `packed` is given and M > 16, its tiles when
 // `repacked` is given).

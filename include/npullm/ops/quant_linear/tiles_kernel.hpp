@@ -44,14 +44,24 @@ inline constexpr auto iq4_table_biased = [] {
 }();
 
 // Bytes ahead of the unit being read that the kernel prefetches (one stream per thread: the
-// hardware prefetchers alone leave the first load of each unit waiting; see gemv_rows).
-inline constexpr std::size_t tile_prefetch_bytes = 1536;
+// hardware prefetchers alone leave the first load of each unit waiting; see gemv_rows), on
+// through the tiles of the thread's part (stream_end below), not only to the tile's end.
+// Measured on the Zen 4 guest, one 151936 x 1024 GEMV at 1 thread, best of 5 (a noisy shared
+// machine): q4_k 10-13 GB/s stopping at the tile's end, 22 on to the part's end; q6_k 14-22
+// either way at 1536 bytes, 12-17 at 6144; q8_0 (units of 544 bytes) 19-21 at 1536,
+// 22-26 at 6144.
+constexpr std::size_t tile_prefetch_bytes(weight_format f) noexcept {
+  return f == weight_format::q8_0 ? 6144 : 1536;
+}
 
 #if defined(__AVX2__)
 // y[m, n0 .. n0 + rows) for the MR rows of x from m0 (rows <= R of the tile are stored).
+// stream_end: the end of the run of contiguous tiles this tile is read in (the thread's part),
+// so that the prefetch runs on into the next tile, not past the part (nullptr: this tile's end).
 template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
-               std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy) {
+               std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
+               const std::byte* stream_end) {
   using V = tile_isa;
   using vi = V::i;
   using vf = V::f;
@@ -67,10 +77,11 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
   NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m] = V::zerof();
   // 4 codes of x row m from value v of the row
   const auto x4 = [&](std::size_t m, std::size_t v) { return V::bcast4(xq + m * k + v); };
-  const char* end = reinterpret_cast<const char*>(tile + units * ub);
+  const char* end =
+      reinterpret_cast<const char*>(stream_end != nullptr ? stream_end : tile + units * ub);
   for (std::size_t u = 0; u < units; ++u) {
     const std::byte* p = tile + u * ub;
-    const char* pf = reinterpret_cast<const char*>(p) + tile_prefetch_bytes;
+    const char* pf = reinterpret_cast<const char*>(p) + tile_prefetch_bytes(F);
     for (std::size_t o = 0; o < ub; o += 64) {
       if (pf + o < end) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
@@ -274,10 +285,11 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
   }
 }
 #else
-// Portable: the same loops, one row of the tile at a time, in integers.
+// Portable: the same loops, one row of the tile at a time, in integers (no prefetch).
 template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
-               std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy) {
+               std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
+               const std::byte* /*stream_end*/) {
   constexpr std::size_t R = tile_height, C = 4 * R;
   constexpr std::size_t ub = tile_unit_bytes(F);
   const std::size_t k = a.k, blocks = a.blocks;
