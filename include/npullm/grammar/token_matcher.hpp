@@ -126,7 +126,8 @@ class token_grammar {
   // every non-ASCII character leads there too. `budget`: every token made only of those bytes
   // and characters with at most that many bytes is allowed from s; unlimited for a self loop,
   // and for a bounded repetition (a string's maxLength, x{m,n}) the copies left, found by
-  // following `step` while each next state loops on at least the same bytes.
+  // following `step` while every stack of the next state takes all of those bytes or none
+  // (budget_of).
   static constexpr std::uint32_t unlimited = 0xFFFFFFFFu;
   static constexpr int min_loop_bytes = 16;  // fewer: the walk over them is short anyway
   struct loop_info {
@@ -171,8 +172,7 @@ class token_grammar {
         if (step == s) l.budget = unlimited;
       }
     }
-    if (loops_.size() <= s) loops_.resize(automaton_.state_count());
-    loops_[s] = l;
+    loops_[s] = l;  // loops_ holds s (sized above; it only grows)
     return loops_[s];
   }
   // The budget of s (loop_info): how many times in a row every one of its loop bytes (and
