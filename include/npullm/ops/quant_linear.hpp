@@ -163,8 +163,7 @@ class packed_quantized {
 };
 
 // Whether repack() has a tiled layout for this format (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl,
-// q4_k, q5_k (but with AVX-512 VNNI: slower there, tiles.hpp), q6_k, iq4_xs; not yet q2_k,
-// q3_k, int8_sym, int4_sym).
+// q4_k, q5_k, q6_k, iq4_xs; not yet q2_k, q3_k, int8_sym, int4_sym).
 constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
@@ -280,8 +279,7 @@ struct repack_access {
     check_kernel_shape(w, "repack");
     if (!has_tiles(w.format)) {
       raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
-            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_k, q6_k, iq4_xs and, but with AVX-512 "
-            "VNNI, q5_k have one)");
+            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_k, q5_k, q6_k and iq4_xs have one)");
     }
     repacked_quantized out;
     out.source_ = w;

@@ -87,14 +87,7 @@ constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
     case weight_format::q8_0: return 34 * R;
     case weight_format::iq4_nl: return 18 * R;
     case weight_format::q4_k: return 148 * R;
-#if defined(NPULLM_QUANT_VNNI512)
-    // (none with AVX-512 VNNI for now: its 16-row q4_k-style kernel measured slower than the
-    // in-place GEMV on Zen 4, 456-513 us against 314-331 us for bench_quant's m1 k1024 n4864
-    // at 1 thread, where the 8-row AVX2 tiles took 257 us)
-    case weight_format::q5_k: return 0;
-#else
     case weight_format::q5_k: return 180 * R;
-#endif
     case weight_format::q6_k: return 210 * R;
     case weight_format::iq4_xs: return 138 * R;
     default: return 0;
