@@ -1,9 +1,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 #include <limits>
 #include <type_traits>
 
+#include "npullm/core/huge_page_allocator.hpp"
 #include "npullm/core/tensor.hpp"
 
 namespace {
@@ -105,6 +112,51 @@ TEST(Tensor, AllocatorPolicy) {
     EXPECT_EQ(g_counts.allocations, 2);
   }
   EXPECT_EQ(g_counts.deallocations, 2);
+}
+
+// The VmFlags of the mapping that holds p, from /proc/self/smaps ("" where unknown).
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST(HugePageAllocator, LargeBlocksAlignedAndAdvisedSmallOnesAsBefore) {
+  npullm::huge_page_allocator<std::byte> alloc;
+  // small: 64-byte aligned, no advice needed
+  for (std::size_t n : {1, 17, 37, 4096}) {
+    std::byte* p = alloc.allocate(n);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
+    std::memset(p, 1, n);
+    alloc.deallocate(p, n);
+  }
+  // large: aligned to the huge page, every byte usable (the tail past the last whole 2 MiB too)
+  const std::size_t n = 2 * npullm::huge_page_bytes + 37;
+  std::byte* p = alloc.allocate(n);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % npullm::huge_page_bytes, 0u);
+  std::memset(p, 7, n);
+  EXPECT_EQ(p[n - 1], std::byte{7});
+  if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    // madvise(MADV_HUGEPAGE) marks the mapping "hg", whatever the system setting
+    EXPECT_NE(vm_flags_of(p).find(" hg"), std::string::npos) << vm_flags_of(p);
+  }
+  alloc.deallocate(p, n);
+  // a vector of it, as repacked weights hold theirs
+  std::vector<float, npullm::huge_page_allocator<float>> v(npullm::huge_page_bytes, 1.0f);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data()) % npullm::huge_page_bytes, 0u);
+  EXPECT_EQ(v.back(), 1.0f);
+  EXPECT_THROW((void)npullm::huge_page_allocator<double>().allocate(
+                   std::numeric_limits<std::size_t>::max() / 4),
+               npullm::error);
 }
 
 }  // namespace

@@ -58,6 +58,7 @@
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/huge_page_allocator.hpp"
 #include "npullm/core/isa.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/tensor.hpp"
@@ -196,7 +197,7 @@ class repacked_quantized {
   friend struct detail::repack_access;
   quantized_view source_;
   std::size_t tiles_ = 0, tile_bytes_ = 0;
-  std::vector<std::byte, aligned_allocator<std::byte>> data_;
+  std::vector<std::byte, huge_page_allocator<std::byte>> data_;  // (large ones in 2 MiB pages)
 };
 
 namespace detail {
