@@ -14,7 +14,8 @@
 //   m512/.../packed: the same GEMM over ops::pack(W) (panels decoded once, at load: each call
 //           runs only the micro-kernel); the plain m512 rows decode W's panels in every call.
 //   .../repacked: over ops::repack(W) (tiles of 16 or 8 rows, made at load; every M reads them);
-//           also m4 (a batch of 4 decode rows) and the MLP's down projection k4864/n896.
+//           also m4 (a batch of 4 decode rows), the MLP's down projection k4864/n896 and an LM
+//           head n151936 (q8_0, q6_k).
 //   x_naive: speedup over the naive route in the same binary: dequantize W to f32 (the
 //           reference), then ops::linear over f32 weights.
 #include <benchmark/benchmark.h>
@@ -186,6 +187,14 @@ int main(int argc, char** argv) {
       if (f.format == weight_format::int4_sym) continue;
       add({f.name, f.format, f.group, 4864}, 1, 896, lay);
     }
+  }
+  // An LM head: Qwen2's 151936-token vocabulary over hidden 896 (the Qwen2-0.5B files' tied
+  // q8_0 head) and 1024 (the MoE files' q6_k / q8_0 output), over tiles: a decode step's biggest
+  // matrix (a third to a half of its bytes).
+  for (const auto& f : formats) {
+    if (f.format != weight_format::q8_0 && f.format != weight_format::q6_k) continue;
+    if (f.format == weight_format::q8_0) add(f, 1, 151936, layout::repacked);
+    add({f.name, f.format, f.group, 1024}, 1, 151936, layout::repacked);
   }
   return npullm::bench::run_benchmarks(argc, argv);
 }

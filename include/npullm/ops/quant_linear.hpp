@@ -169,7 +169,7 @@ constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
 
-// W repacked once (at load) into tiles of R rows (16 with AVX-512 VNNI, else 8; layout in
+// W repacked once (at load) into tiles of R rows (tile_height_of: 16 or 8 with AVX-512 VNNI, else 8; layout in
 // quant_linear/tiles.hpp), read by linear(x, const repacked_quantized&, ...) for every M: the
 // piece loop is load, unpack, one integer dot product per 4 codes for all R rows at once, and
 // one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and prefill
@@ -284,7 +284,7 @@ struct repack_access {
     }
     repacked_quantized out;
     out.source_ = w;
-    constexpr std::size_t R = tile_height;
+    const std::size_t R = tile_height_of(w.format);
     out.tiles_ = (w.rows + R - 1) / R;
     out.tile_bytes_ = w.cols / 32 / tile_unit_pieces(w.format) * tile_unit_bytes(w.format);
     out.data_.resize(out.tiles_ * out.tile_bytes_);
@@ -323,7 +323,7 @@ template <weight_format F>
 void tile_span(const repacked_quantized& w, const quantized_activations& a, std::size_t m0,
                std::size_t m, std::size_t t0, std::size_t t1, const float* bias, float* y,
                std::size_t ldy) {
-  constexpr std::size_t R = tile_height;
+  constexpr std::size_t R = tile_height_of(F);
   const std::size_t n = w.rows(), units = w.cols() / 32 / tile_unit_pieces(F);
   // (a tile's rows of x past the first tile_max_mr read it again: from cache, no prefetch)
   const std::byte* end =

@@ -1,5 +1,6 @@
 // The quantized formats repacked for the kernels (ops::repack, ops/quant_linear.hpp): W's rows in
-// tiles of R rows (R = 16 with AVX-512 VNNI, else 8: one int32 lane per row in a vector), so
+// tiles of R rows (R = tile_height_of(format): 16 or 8 with AVX-512 VNNI, else 8; one int32
+// lane per row in a vector), so
 // that one vector load gives the same 4 codes of R rows and one integer dot product against 4
 // broadcast codes of x adds them into R row sums at once: no per-row prologue, no horizontal
 // sums, and the scales of the tile's rows are one contiguous vector per piece.
@@ -55,11 +56,21 @@ namespace detail {
 
 using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, q4_k_scale_min
 
+// Rows of W per tile, by format. AVX-512 VNNI builds: 16 (one zmm of dwords), except the
+// formats whose 16-row kernel measured slower than the 8-row one (ymm, vpdpbusd by AVX-512 VL)
+// on the Zen 4 guest, m1 GEMV cold at 1 thread: q6_k's LM head (151936 x 1024) 19.1 GB/s in
+// 16-row tiles against 25.5 in 8-row ones (its unpacking and two scales per piece: Zen 4 splits
+// each zmm operation in two, so the 16-row tile only adds shuffles), q4_k's 18 -> 25 GB/s
+// (k1024 n4864); q5_k, the same kernel, the other way (13.9 GB/s at 8 rows, 16.9 at 16 for
+// k4864 n896): it stays at 16. Every other build: 8.
+constexpr std::size_t tile_height_of(weight_format f) noexcept {
 #if defined(NPULLM_QUANT_VNNI512)
-inline constexpr std::size_t tile_height = 16;
+  return f == weight_format::q6_k || f == weight_format::q4_k ? 8 : 16;
 #else
-inline constexpr std::size_t tile_height = 8;
+  (void)f;
+  return 8;
 #endif
+}
 
 // Whether q8_0's tiles hold u8 codes + 128 (the dot product multiplies u8 by s8) or s8 codes.
 constexpr bool tile_q8_biased() noexcept {
@@ -78,7 +89,7 @@ constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
              : 1;
 }
 constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
-  constexpr std::size_t R = tile_height;
+  const std::size_t R = tile_height_of(f);
   switch (f) {
     case weight_format::q4_0: return 18 * R;
     case weight_format::q4_1: return 20 * R;
@@ -100,20 +111,20 @@ constexpr bool has_tiles(weight_format f) noexcept {
 
 // Where a unit's nibbles and (q5_0, q5_1) high bits start, in bytes from the unit.
 constexpr std::size_t tile_nibbles_at(weight_format f) noexcept {
-  constexpr std::size_t R = tile_height;
+  const std::size_t R = tile_height_of(f);
   return f == weight_format::q4_1 || f == weight_format::q5_1 ? 4 * R
          : f == weight_format::iq4_xs                         ? 10 * R
                                                               : 2 * R;
 }
 constexpr std::size_t tile_high_bits_at(weight_format f) noexcept {
-  return tile_nibbles_at(f) + 16 * tile_height;
+  return tile_nibbles_at(f) + 16 * tile_height_of(f);
 }
 
 // Writes rows [n0, n0 + rows) of w (rows <= R) as one tile at dst (tile bytes: K / 32 /
 // unit pieces units).
 inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows, std::byte* dst) {
-  constexpr std::size_t R = tile_height;
   const weight_format f = w.format;
+  const std::size_t R = tile_height_of(f);
   const std::size_t pieces = w.cols / 32, upieces = tile_unit_pieces(f);
   const std::size_t ub = tile_unit_bytes(f);
   std::fill_n(dst, pieces / upieces * ub, std::byte{0});

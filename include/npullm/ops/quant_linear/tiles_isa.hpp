@@ -1,6 +1,7 @@
 // The vector operations the tiled kernel (quant_linear/tiles_kernel.hpp) is written in, one
-// struct per ISA: tile_avx512 (AVX-512 VNNI: 16 rows a vector) and tile_avx2 (AVX2, with
-// AVX-VNNI's vpdpbusd where the compiler targets it: 8 rows a vector). Portable builds run the
+// struct per vector width: tile_avx512 (AVX-512 VNNI: 16 rows a vector) and tile_avx2 (AVX2,
+// with vpdpbusd on ymm where the compiler targets AVX-VNNI or AVX-512 VNNI + VL: 8 rows a
+// vector). AVX-512 VNNI builds have both (tile_height_of picks per format). Portable builds run the
 // scalar kernel instead (tiles_portable.hpp).
 #pragma once
 
@@ -73,8 +74,8 @@ struct tile_avx512 {
   static f add(f a, f b) noexcept { return _mm512_add_ps(a, b); }
   static void storef(float* p, f v) noexcept { _mm512_storeu_ps(p, v); }
 };
-using tile_isa = tile_avx512;
-#elif defined(__AVX2__)
+#endif
+#if defined(__AVX2__)
 struct tile_avx2 {
   using i = __m256i;
   using f = __m256;
@@ -157,7 +158,6 @@ struct tile_avx2 {
     _mm256_storeu_ps(p, v);
   }
 };
-using tile_isa = tile_avx2;
 #endif
 
 }  // namespace detail

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "npullm/core/isa.hpp"
 #include "npullm/core/simd.hpp"
@@ -55,6 +56,16 @@ constexpr std::size_t tile_prefetch_bytes(weight_format f) noexcept {
 }
 
 #if defined(__AVX2__)
+// The vector struct of F's tiles (tile_height_of(F) rows a vector).
+template <weight_format F>
+using tile_isa_for = std::conditional_t<tile_height_of(F) == 8, tile_avx2,
+#if defined(NPULLM_QUANT_VNNI512)
+                                        tile_avx512
+#else
+                                        void
+#endif
+                                        >;
+
 // y[m, n0 .. n0 + rows) for the MR rows of x from m0 (rows <= R of the tile are stored).
 // stream_end: the end of the run of contiguous tiles this tile is read in (the thread's part),
 // so that the prefetch runs on into the next tile, not past the part (nullptr: this tile's end).
@@ -62,10 +73,11 @@ template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
                std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
                const std::byte* stream_end) {
-  using V = tile_isa;
+  using V = tile_isa_for<F>;
   using vi = V::i;
   using vf = V::f;
   constexpr std::size_t R = V::rows, C = 4 * R;  // C: bytes of one chunk vector
+  static_assert(R == tile_height_of(F), "tile_rows: the vector struct must hold a tile's rows");
   constexpr std::size_t ub = tile_unit_bytes(F);
   const std::size_t k = a.k, blocks = a.blocks;
   const std::int8_t* xq = a.codes.data() + m0 * k;
@@ -290,7 +302,7 @@ template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
                std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
                const std::byte* /*stream_end*/) {
-  constexpr std::size_t R = tile_height, C = 4 * R;
+  constexpr std::size_t R = tile_height_of(F), C = 4 * R;
   constexpr std::size_t ub = tile_unit_bytes(F);
   const std::size_t k = a.k, blocks = a.blocks;
   const auto* t8 = reinterpret_cast<const std::uint8_t*>(tile);
