@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 #include <limits>
+#include <memory>
 #include <type_traits>
 
 #include "npullm/core/huge_page_allocator.hpp"
@@ -157,6 +158,50 @@ TEST(HugePageAllocator, LargeBlocksAlignedAndAdvisedSmallOnesAsBefore) {
   EXPECT_THROW((void)npullm::huge_page_allocator<double>().allocate(
                    std::numeric_limits<std::size_t>::max() / 4),
                npullm::error);
+}
+
+TEST(HugePageAllocator, AnArenaSharesItsChunksAndFreesThemWithTheLastHolder) {
+  const std::size_t chunk = 2 * npullm::huge_page_bytes;
+  auto arena = std::make_shared<npullm::huge_page_arena>(chunk);
+  std::weak_ptr<npullm::huge_page_arena> alive = arena;
+  npullm::huge_page_allocator<std::byte> alloc(arena);
+  EXPECT_EQ(alloc, npullm::huge_page_allocator<std::byte>(arena));
+  EXPECT_NE(alloc, npullm::huge_page_allocator<std::byte>());
+  {
+    // small blocks one after the other in one chunk, 64-byte aligned, disjoint
+    std::vector<std::byte, npullm::huge_page_allocator<std::byte>> a(1000, std::byte{1}, alloc);
+    std::vector<std::byte, npullm::huge_page_allocator<std::byte>> b(37, std::byte{2}, alloc);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.data()) % npullm::huge_page_bytes, 0u);
+    EXPECT_EQ(b.data(), a.data() + 1024);
+    EXPECT_EQ(arena->reserved_bytes(), chunk);
+    // half a chunk or more: a chunk of its own, the open chunk still taking small ones
+    std::vector<float, npullm::huge_page_allocator<float>> big(chunk / 4, 3.0f, alloc);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.data()) % npullm::huge_page_bytes, 0u);
+    EXPECT_EQ(arena->reserved_bytes(), 2 * chunk);
+    std::vector<std::byte, npullm::huge_page_allocator<std::byte>> c(17, std::byte{4}, alloc);
+    EXPECT_EQ(c.data(), b.data() + 64);
+    // a block that does not fit what is left opens a new chunk
+    std::vector<std::byte, npullm::huge_page_allocator<std::byte>> e(chunk / 2 - 64, std::byte{6},
+                                                                        alloc);
+    EXPECT_EQ(arena->reserved_bytes(), 2 * chunk);
+    std::vector<std::byte, npullm::huge_page_allocator<std::byte>> d(chunk / 2 - 64, std::byte{5},
+                                                                        alloc);
+    EXPECT_EQ(arena->reserved_bytes(), 3 * chunk);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(d.data()) % npullm::huge_page_bytes, 0u);
+    EXPECT_EQ(e.back(), std::byte{6});
+    EXPECT_EQ(a.back(), std::byte{1});
+    EXPECT_EQ(b.back(), std::byte{2});
+    EXPECT_EQ(big.back(), 3.0f);
+    EXPECT_EQ(c.back(), std::byte{4});
+    EXPECT_EQ(d.back(), std::byte{5});
+    // moved containers keep their arena (and so their memory)
+    auto moved = std::move(a);
+    EXPECT_EQ(moved.get_allocator(), alloc);
+    arena.reset();
+    alloc = {};
+    EXPECT_FALSE(alive.expired());  // the containers still hold it
+  }
+  EXPECT_TRUE(alive.expired());  // freed with the last of them
 }
 
 }  // namespace

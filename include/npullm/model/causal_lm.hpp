@@ -36,6 +36,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -45,6 +46,7 @@
 #include "npullm/attention/flash.hpp"
 #include "npullm/attention/mask.hpp"
 #include "npullm/attention/pyramid.hpp"
+#include "npullm/core/huge_page_allocator.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/slice.hpp"
 #include "npullm/core/tensor.hpp"
@@ -551,14 +553,17 @@ class causal_lm {
       return p.is_quantized() && ops::has_repacked_layout(p.quantized->format) &&
              p.quantized->cols % 32 == 0;
     };
+    // The tiles of all matrices in one arena: the small ones (attention, experts) share huge
+    // pages too.
+    const auto arena = tiles ? std::make_shared<huge_page_arena>() : nullptr;
     if (tiles) {  // reserved: the projections point into it
       std::size_t n = tiled(lm_head_) ? 1 : 0;
       for (const layer_weights<W>& l : layers_)
         for_each_projection(l, [&](const projection<W>& p) { n += tiled(p) ? 1 : 0; });
       repacked_.reserve(n);
       if (tiled(lm_head_)) {
-        lm_head_.repacked =
-            &repacked_.emplace_back(ops::repack(*lm_head_.quantized, pool_policy{options_.pool}));
+        lm_head_.repacked = &repacked_.emplace_back(
+            ops::repack(*lm_head_.quantized, pool_policy{options_.pool}, arena));
       }
     }
     if (!dense && !quantized && !tiles) return;
@@ -574,8 +579,8 @@ class causal_lm {
             p.packed_quantized = &packed_quantized_.emplace_back(
                 ops::pack(*p.quantized, pool_policy{options_.pool}));
           } else if (tiles && tiled(p)) {
-            p.repacked =
-                &repacked_.emplace_back(ops::repack(*p.quantized, pool_policy{options_.pool}));
+            p.repacked = &repacked_.emplace_back(
+                ops::repack(*p.quantized, pool_policy{options_.pool}, arena));
           }
         } else if (dense) {
           p.packed = &packed_.emplace_back(p.w, pool_policy{options_.pool});

@@ -51,6 +51,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -276,7 +277,8 @@ void run_packed_gemm(const packed_quantized& w, const float* x, std::size_t ldx,
 
 struct repack_access {
   template <threading_policy Policy>
-  static repacked_quantized repack(const quantized_view& w, const Policy& policy) {
+  static repacked_quantized repack(const quantized_view& w, const Policy& policy,
+                                   std::shared_ptr<huge_page_arena> arena) {
     check_kernel_shape(w, "repack");
     if (!has_tiles(w.format)) {
       raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
@@ -284,6 +286,7 @@ struct repack_access {
     }
     repacked_quantized out;
     out.source_ = w;
+    out.data_ = decltype(out.data_)(huge_page_allocator<std::byte>(std::move(arena)));
     const std::size_t R = tile_height_of(w.format);
     out.tiles_ = (w.rows + R - 1) / R;
     out.tile_bytes_ = w.cols / 32 / tile_unit_pieces(w.format) * tile_unit_bytes(w.format);
@@ -539,9 +542,13 @@ template <threading_policy Policy = serial>
 
 // W's tiles, repacked once (see repacked_quantized). Raises invalid_shape where linear would,
 // unsupported for a format without a tiled layout (has_repacked_layout). Threads split the tiles.
+// `arena`: where the tiles go (null: a block of their own, in huge pages from 2 MiB); the
+// matrices of a model repacked into one arena share its huge pages (a matrix under 2 MiB alone
+// would have none).
 template <threading_policy Policy = serial>
-[[nodiscard]] repacked_quantized repack(const quantized_view& w, const Policy& policy = {}) {
-  return detail::repack_access::repack(w, policy);
+[[nodiscard]] repacked_quantized repack(const quantized_view& w, const Policy& policy = {},
+                                        std::shared_ptr<huge_page_arena> arena = nullptr) {
+  return detail::repack_access::repack(w, policy, std::move(arena));
 }
 
 // y = x W^T (+ bias). x: (M, K) f32 rows (any row stride); w: (N, K) quantized; y: (M, N).
