@@ -18,8 +18,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "npullm/io/gguf_writer.hpp"
@@ -295,6 +297,82 @@ TEST(quantize_at_load, automatic_repacks_quantized_projections_into_tiles) {
     check(in_place.decode(std::array<std::int32_t, 1>{9}),
           automatic.decode(std::array<std::int32_t, 1>{9}));
   }
+}
+
+// project_together (Q/K/V, gate/up of a decode step as one job over their tiles) gives each y
+// project()'s bits: with and without a bias, 1 / 3 / 16 rows (one job) and 17 (each alone),
+// serially and on 2 threads, and when one matrix has no tiles (each alone).
+TEST(project_together, equals_project_bit_for_bit_on_every_path) {
+  const std::size_t k = 256;
+  const npullm::thread_pool pool(2);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  struct matrix {
+    npullm::ops::quantized_matrix q;
+    npullm::ops::repacked_quantized tiles;
+    std::vector<float> bias;
+  };
+  std::vector<matrix> ms;
+  for (const auto& [f, n] : {std::pair{weight_format::q8_0, std::size_t{37}},
+                             std::pair{weight_format::q4_k, std::size_t{17}},
+                             std::pair{weight_format::q6_k, std::size_t{48}}}) {
+    npullm::tensor<float, 2> w(n, k);
+    for (std::size_t i = 0; i < w.size(); ++i) w.data()[i] = u(rng);
+    auto q = npullm::ops::quantize(w.view(), f);
+    auto tiles = npullm::ops::repack(q.view());
+    std::vector<float> bias(n);
+    for (float& b : bias) b = u(rng);
+    ms.push_back({std::move(q), std::move(tiles), std::move(bias)});
+  }
+  std::vector<model::projection<float>> ps(ms.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    ps[i].quantized.emplace(ms[i].q.view());
+    ps[i].repacked = &ms[i].tiles;
+  }
+  for (const bool untiled : {false, true}) {
+    ps[1].repacked = untiled ? nullptr : &ms[1].tiles;
+    for (const std::size_t m : {1u, 3u, 16u, 17u}) {
+      SCOPED_TRACE("m " + std::to_string(m) + (untiled ? " (one without tiles)" : ""));
+      npullm::tensor<float, 2> x(m, k);
+      for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = u(rng);
+      std::vector<npullm::tensor<float, 2>> want, got, got2;
+      for (const auto& p : ps) {
+        want.emplace_back(m, p.rows());
+        got.emplace_back(m, p.rows());
+        got2.emplace_back(m, p.rows());
+      }
+      std::vector<model::projection_into<float>> outs, outs2;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        const std::span<const float> bias =
+            i == 1 ? std::span<const float>{} : std::span<const float>(ms[i].bias);
+        model::project(x.view(), ps[i], want[i].view(), bias, npullm::serial{});
+        outs.push_back({&ps[i], got[i].view(), bias});
+        outs2.push_back({&ps[i], got2[i].view(), bias});
+      }
+      model::project_together<float>(x.view(), outs, npullm::serial{});
+      model::project_together<float>(x.view(), outs2, npullm::pool_policy{&pool});
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_EQ(std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)), 0)
+            << "matrix " << i;
+        EXPECT_EQ(std::memcmp(want[i].data(), got2[i].data(), want[i].size() * sizeof(float)), 0)
+            << "matrix " << i << ", 2 threads";
+      }
+    }
+  }
+  // a y of the wrong shape: refused naming it, before anything is written
+  npullm::tensor<float, 2> x(1, k), y0(1, 37), bad(1, 16), y2(1, 48);
+  y0.data()[0] = 5.0f;
+  ps[1].repacked = &ms[1].tiles;
+  const model::projection_into<float> outs[] = {
+      {&ps[0], y0.view(), {}}, {&ps[1], bad.view(), {}}, {&ps[2], y2.view(), {}}};
+  try {
+    model::project_together<float>(x.view(), outs, npullm::serial{});
+    ADD_FAILURE() << "no error";
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_shape);
+    EXPECT_NE(std::string(e.what()).find("projection 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(y0.data()[0], 5.0f);
 }
 
 TEST(quantize_at_load, refuses_a_k_quant_of_rows_not_a_multiple_of_256_and_a_bad_group) {

@@ -73,9 +73,8 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
     ops::rms_norm<W>(in, weight, eps, out, norm_offset);
   };
   norm(x, w.input_norm, h);
-  project(h, w.q, q, w.q_bias, policy);
-  project(h, w.k, k, w.k_bias, policy);
-  project(h, w.v, v, w.v_bias, policy);
+  const projection_into<W> qkv[] = {{&w.q, q, w.q_bias}, {&w.k, k, w.k_bias}, {&w.v, v, w.v_bias}};
+  project_together<W>(h, qkv, policy);
   if (w.q_norm.data_handle() != nullptr) {  // per head: (S * heads, D) rows
     const dense_view<float, 2> qr(q.data_handle(), S * hq, D), kr(k.data_handle(), S * hkv, D);
     norm(qr, w.q_norm, qr);
@@ -142,8 +141,8 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   }
   const dense_view<float, 2> gt(a.gate.data(), S, cfg.intermediate_size);  // (S, intermediate)
   const dense_view<float, 2> up(a.up.data(), S, cfg.intermediate_size);    // (S, intermediate)
-  project(h, w.gate, gt, {}, policy);
-  project(h, w.up, up, {}, policy);
+  const projection_into<W> gate_up[] = {{&w.gate, gt, {}}, {&w.up, up, {}}};
+  project_together<W>(h, gate_up, policy);
   if (cfg.hidden_act == activation_kind::gelu_tanh) {
     ops::gelu_tanh_mul(gt, up, gt);
   } else {

@@ -43,6 +43,7 @@
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/quant.hpp"
 #include "npullm/ops/quant_linear.hpp"
+#include "npullm/ops/tiled_products.hpp"
 
 namespace npullm::model {
 
@@ -139,6 +140,56 @@ void project(dense_view<const float, 2> x, const projection<W>& p, dense_view<fl
   } else {
     ops::linear<W>(x, p.w, y, bias, policy);
   }
+}
+
+// One of several projections of the same x (project_together).
+template <storage_type W>
+struct projection_into {
+  const projection<W>* p;
+  dense_view<float, 2> y;
+  std::span<const float> bias;
+};
+
+// y_i = x W_i^T (+ bias_i) for projections that all read x (Q, K and V; gate and up). Where
+// every one has tiles and x has at most 16 rows (a decode step, a small batch or a speculative
+// verification), x is quantized once and all run as ONE parallel job over their tiles
+// (ops/tiled_products.hpp): one fork and join instead of one per matrix, the threads' parts
+// split over all their bytes. Each y equals project()'s bit for bit either way (the same
+// tile kernel over the same quantized x), so nothing depends on which path ran.
+template <storage_type W, threading_policy Policy>
+void project_together(dense_view<const float, 2> x, std::span<const projection_into<W>> outs,
+                      const Policy& policy) {
+  const std::size_t m = x.extent(0);
+  for (std::size_t i = 0; i < outs.size(); ++i) {  // all checked before any is written
+    const projection_into<W>& o = outs[i];
+    if (o.p == nullptr || o.p->cols() != x.extent(1) || o.y.extent(0) != m ||
+        o.y.extent(1) != o.p->rows() || (!o.bias.empty() && o.bias.size() != o.p->rows())) {
+      raise(error_code::invalid_shape, "project_together: projection ", i, ": x (", m, ", ",
+            x.extent(1), "), W [", o.p ? o.p->rows() : 0, ", ", o.p ? o.p->cols() : 0, "], y (",
+            o.y.extent(0), ", ", o.y.extent(1), "), bias [", o.bias.size(),
+            "] (want y (M, N), bias empty or [N])");
+    }
+  }
+  constexpr std::size_t most = 4;
+  bool together = m >= 1 && m <= 16 && outs.size() >= 2 && outs.size() <= most &&
+                  x.stride(1) == 1 && static_cast<std::size_t>(x.stride(0)) == x.extent(1) &&
+                  x.extent(1) % 32 == 0;
+  for (const projection_into<W>& o : outs) {
+    together = together && o.p->repacked != nullptr && o.y.stride(1) == 1;
+  }
+  if (!together) {
+    for (const projection_into<W>& o : outs) project(x, *o.p, o.y, o.bias, policy);
+    return;
+  }
+  thread_local ops::tile_activations xa;  // (kept: no allocation per step)
+  ops::quantize_for_tiles(dense_view<const float, 2>(x.data_handle(), m, x.extent(1)), xa);
+  std::array<ops::tiled_product, most> ps{};
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const projection_into<W>& o = outs[i];
+    ps[i] = {o.p->repacked, &xa, 0, m, o.y.data_handle(), static_cast<std::size_t>(o.y.stride(0)),
+             o.bias.empty() ? nullptr : o.bias.data()};
+  }
+  ops::run_tiled_products(std::span<const ops::tiled_product>(ps.data(), outs.size()), policy);
 }
 
 // Rows ids of a (vocab, hidden) matrix as f32 (the embedding gather): quantized rows are

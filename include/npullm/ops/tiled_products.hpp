@@ -8,7 +8,8 @@
 //   ops::run_tiled_products(ps, policy);            // g, u (M, ff) = x gate^T, x up^T
 //
 //   tiled_product  w: W (N, K) repacked; rows [m0, m0 + m) of x (x->k == K, m <= 16 is what
-//                  the tiles are read at the memory's pace for); y: (m, N) f32, row stride ldy
+//                  the tiles are read at the memory's pace for); y: (m, N) f32, row stride ldy;
+//                  bias: N floats added to each row (optional)
 //   gather_tile_rows(x, rows, out)   out's row i = x's row rows[i] (the same codes and scales:
 //                                    a gathered row's products equal the source row's)
 //
@@ -47,6 +48,7 @@ struct tiled_product {
   std::size_t m0 = 0, m = 0;  // rows [m0, m0 + m) of *x
   float* y = nullptr;         // (m, w->rows()), row stride ldy
   std::size_t ldy = 0;
+  const float* bias = nullptr;  // [w->rows()] added to every row of y (nullptr: none)
 };
 
 // x (M, K) f32, K a multiple of 32 (invalid_shape otherwise), rows dense. Rows are split over
@@ -130,7 +132,7 @@ void run_tiled_products(std::span<const tiled_product> ps, const Policy& policy 
       };
       const std::size_t t0 = first_at(lo), t1 = first_at(hi);
       if (t0 < t1) {
-        detail::tile_span_for(p.w->format())(*p.w, *p.x, p.m0, p.m, t0, t1, nullptr, p.y, p.ldy);
+        detail::tile_span_for(p.w->format())(*p.w, *p.x, p.m0, p.m, t0, t1, p.bias, p.y, p.ldy);
       }
       base += n * tb;
       if (base >= hi) break;
