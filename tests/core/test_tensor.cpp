@@ -5,11 +5,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <string>
-#include <vector>
 #include <limits>
 #include <memory>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "npullm/core/huge_page_allocator.hpp"
 #include "npullm/core/tensor.hpp"
@@ -182,10 +182,10 @@ TEST(HugePageAllocator, AnArenaSharesItsChunksAndFreesThemWithTheLastHolder) {
     EXPECT_EQ(c.data(), b.data() + 64);
     // a block that does not fit what is left opens a new chunk
     std::vector<std::byte, npullm::huge_page_allocator<std::byte>> e(chunk / 2 - 64, std::byte{6},
-                                                                        alloc);
+                                                                     alloc);
     EXPECT_EQ(arena->reserved_bytes(), 2 * chunk);
     std::vector<std::byte, npullm::huge_page_allocator<std::byte>> d(chunk / 2 - 64, std::byte{5},
-                                                                        alloc);
+                                                                     alloc);
     EXPECT_EQ(arena->reserved_bytes(), 3 * chunk);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(d.data()) % npullm::huge_page_bytes, 0u);
     EXPECT_EQ(e.back(), std::byte{6});

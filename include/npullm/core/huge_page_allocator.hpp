@@ -48,7 +48,7 @@ inline std::size_t huge_page_alignment(std::size_t bytes) noexcept {
 
 // `bytes` aligned to the huge page where it holds one (advised), else to 64 bytes.
 inline void* allocate_huge(std::size_t bytes) {
-  void* p = ::operator new(bytes, std::align_val_t{huge_page_alignment(bytes)});
+  void* p = ::operator new (bytes, std::align_val_t{huge_page_alignment(bytes)});
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (bytes >= huge_page_bytes) {
     (void)::madvise(p, bytes / huge_page_bytes * huge_page_bytes, MADV_HUGEPAGE);
@@ -58,7 +58,7 @@ inline void* allocate_huge(std::size_t bytes) {
 }
 
 inline void free_huge(void* p, std::size_t bytes) noexcept {
-  ::operator delete(p, std::align_val_t{huge_page_alignment(bytes)});
+  ::operator delete (p, std::align_val_t{huge_page_alignment(bytes)});
 }
 
 }  // namespace detail

@@ -186,8 +186,13 @@ void project_together(dense_view<const float, 2> x, std::span<const projection_i
   std::array<ops::tiled_product, most> ps{};
   for (std::size_t i = 0; i < outs.size(); ++i) {
     const projection_into<W>& o = outs[i];
-    ps[i] = {o.p->repacked, &xa, 0, m, o.y.data_handle(), static_cast<std::size_t>(o.y.stride(0)),
-             o.bias.empty() ? nullptr : o.bias.data()};
+    ps[i] = {.w = o.p->repacked,
+             .x = &xa,
+             .m0 = 0,
+             .m = m,
+             .y = o.y.data_handle(),
+             .ldy = static_cast<std::size_t>(o.y.stride(0)),
+             .bias = o.bias.empty() ? nullptr : o.bias.data()};
   }
   ops::run_tiled_products(std::span<const ops::tiled_product>(ps.data(), outs.size()), policy);
 }

@@ -170,11 +170,11 @@ constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
 
-// W repacked once (at load) into tiles of R rows (tile_height_of: 16 or 8 with AVX-512 VNNI, else 8; layout in
-// quant_linear/tiles.hpp), read by linear(x, const repacked_quantized&, ...) for every M: the
-// piece loop is load, unpack, one integer dot product per 4 codes for all R rows at once, and
-// one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and prefill
-// reads the same tiles MR rows of x at a time, so the source's pages are not touched after
+// W repacked once (at load) into tiles of R rows (tile_height_of: 16 or 8 with AVX-512 VNNI, else
+// 8; layout in quant_linear/tiles.hpp), read by linear(x, const repacked_quantized&, ...) for every
+// M: the piece loop is load, unpack, one integer dot product per 4 codes for all R rows at once,
+// and one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and
+// prefill reads the same tiles MR rows of x at a time, so the source's pages are not touched after
 // repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, q5_k:
 // + 2.3%, iq4_xs: + 1.5%, their 6-bit scales stored as bytes), plus at most R − 1 zero rows. Only
 // meaningful in the ISA namespace that made it. Results equal linear over the source within f32
