@@ -182,7 +182,7 @@ void project_together(dense_view<const float, 2> x, std::span<const projection_i
     return;
   }
   thread_local ops::tile_activations xa;  // (kept: no allocation per step)
-  ops::quantize_for_tiles(dense_view<const float, 2>(x.data_handle(), m, x.extent(1)), xa);
+  ops::quantize_for_tiles(x, xa);
   std::array<ops::tiled_product, most> ps{};
   for (std::size_t i = 0; i < outs.size(); ++i) {
     const projection_into<W>& o = outs[i];

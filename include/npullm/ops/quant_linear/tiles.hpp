@@ -1,9 +1,9 @@
 // The quantized formats repacked for the kernels (ops::repack, ops/quant_linear.hpp): W's rows in
 // tiles of R rows (R = tile_height_of(format): 16 or 8 with AVX-512 VNNI, else 8; one int32
-// lane per row in a vector), so
-// that one vector load gives the same 4 codes of R rows and one integer dot product against 4
-// broadcast codes of x adds them into R row sums at once: no per-row prologue, no horizontal
-// sums, and the scales of the tile's rows are one contiguous vector per piece.
+// lane per row in a vector), so that one vector load gives the same 4 codes of R rows and one
+// integer dot product against 4 broadcast codes of x adds them into R row sums at once: no
+// per-row prologue, no horizontal sums, and the scales of the tile's rows are one contiguous
+// vector per piece.
 //
 // A tile is a run of units (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl: one 32-value piece; q4_k,
 // q5_k, q6_k, iq4_xs: one 256-value super-block), each holding the R rows' factors, then their
@@ -60,9 +60,9 @@ using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, 
 // formats whose 16-row kernel measured slower than the 8-row one (ymm, vpdpbusd by AVX-512 VL)
 // on the Zen 4 guest, m1 GEMV cold at 1 thread: q6_k's LM head (151936 x 1024) 19.1 GB/s in
 // 16-row tiles against 25.5 in 8-row ones (its unpacking and two scales per piece: Zen 4 splits
-// each zmm operation in two, so the 16-row tile only adds shuffles), q4_k's 18 -> 25 GB/s
-// (k1024 n4864); q5_k, the same kernel, the other way (13.9 GB/s at 8 rows, 16.9 at 16 for
-// k4864 n896): it stays at 16. Every other build: 8.
+// each zmm operation in two, so the 16-row tile only adds shuffles), q4_k's 17.6-21.8 ->
+// 20.3-28 GB/s (k1024 n4864, noisy); q5_k, the same kernel, the other way (13.9 GB/s at 8
+// rows, 16.9 at 16 for k4864 n896): it stays at 16. Every other build: 8.
 constexpr std::size_t tile_height_of(weight_format f) noexcept {
 #if defined(NPULLM_QUANT_VNNI512)
   return f == weight_format::q6_k || f == weight_format::q4_k ? 8 : 16;

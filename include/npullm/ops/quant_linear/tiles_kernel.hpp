@@ -57,14 +57,13 @@ constexpr std::size_t tile_prefetch_bytes(weight_format f) noexcept {
 
 #if defined(__AVX2__)
 // The vector struct of F's tiles (tile_height_of(F) rows a vector).
-template <weight_format F>
-using tile_isa_for = std::conditional_t<tile_height_of(F) == 8, tile_avx2,
 #if defined(NPULLM_QUANT_VNNI512)
-                                        tile_avx512
+template <weight_format F>
+using tile_isa_for = std::conditional_t<tile_height_of(F) == 16, tile_avx512, tile_avx2>;
 #else
-                                        void
+template <weight_format F>
+using tile_isa_for = tile_avx2;
 #endif
-                                        >;
 
 // y[m, n0 .. n0 + rows) for the MR rows of x from m0 (rows <= R of the tile are stored).
 // stream_end: the end of the run of contiguous tiles this tile is read in (the thread's part),
