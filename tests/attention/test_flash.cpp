@@ -219,38 +219,46 @@ tensor<double, 3> naive_in_dtype(const flash_case& c, const inputs& in) {
   auto r = [](double x) {
     return static_cast<double>(to_float(from_float<T>(static_cast<float>(x))));
   };
-  const std::size_t total = c.total(), group = c.q_heads / c.kv_heads;
+  // q, k, v rounded to T once (flat, their tensors' layouts), then every operation rounded.
+  auto rounded = [&](const tensor<float, 3>& t) {
+    std::vector<double> x(t.size());
+    for (std::size_t e = 0; e < x.size(); ++e) x[e] = r(t.data()[e]);
+    return x;
+  };
+  const std::vector<double> q = rounded(in.q), k = rounded(in.k), v = rounded(in.v);
+  const std::size_t total = c.total(), group = c.q_heads / c.kv_heads, dim = c.dim;
   tensor<double, 3> out(c.q_heads, c.q_len, c.dim);
   const double scale = r(1.0 / std::sqrt(static_cast<double>(c.dim)));
   with_mask(c, in, [&](const auto& mask) {
-    std::vector<double> s(total);
+    std::vector<double> s(total), o(dim);
     for (std::size_t h = 0; h < c.q_heads; ++h) {
       const std::size_t hk = h / group;
       for (std::size_t i = 0; i < c.q_len; ++i) {
+        const double* qi = q.data() + (h * c.q_len + i) * dim;
         double m = -INFINITY;
         for (std::size_t j = 0; j < total; ++j) {
           if (!mask.visible(i, j)) {
             s[j] = -INFINITY;
             continue;
           }
+          const double* kj = k.data() + (hk * total + j) * dim;
           double acc = 0;
-          for (std::size_t d = 0; d < c.dim; ++d) {
-            acc = r(acc + r(r(in.q.view()(h, i, d)) * r(in.k.view()(hk, j, d))));
-          }
+          for (std::size_t d = 0; d < dim; ++d) acc = r(acc + r(qi[d] * kj[d]));
           s[j] = r(acc * scale);
           if (c.softcap > 0) s[j] = r(c.softcap * r(std::tanh(s[j] / c.softcap)));
           m = std::max(m, s[j]);
         }
         if (m == -INFINITY) continue;
         double l = 0;
-        std::vector<double> o(c.dim, 0.0);
+        std::fill(o.begin(), o.end(), 0.0);
         for (std::size_t j = 0; j < total; ++j) {
           if (s[j] == -INFINITY) continue;
           const double p = r(std::exp(s[j] - m));
           l = r(l + p);
-          for (std::size_t d = 0; d < c.dim; ++d) o[d] = r(o[d] + r(p * r(in.v.view()(hk, j, d))));
+          const double* vj = v.data() + (hk * total + j) * dim;
+          for (std::size_t d = 0; d < dim; ++d) o[d] = r(o[d] + r(p * vj[d]));
         }
-        for (std::size_t d = 0; d < c.dim; ++d) out.view()(h, i, d) = r(o[d] / l);
+        for (std::size_t d = 0; d < dim; ++d) out.view()(h, i, d) = r(o[d] / l);
       }
     }
   });

@@ -9,6 +9,7 @@
 // the keys the mask leaves visible; a row with none gives zeros and lse = -inf.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -35,10 +36,12 @@ void reference_attention(const Q& q, const K& k, const V& v, const Mask& mask, d
           npullm::detail::format_extents(out.extents()));
   }
   const std::size_t group = q_heads / kv_heads;
-  std::vector<double> scores(kv_len);
+  // One query row and its output row in double, read and written through the views once.
+  std::vector<double> scores(kv_len), qi(dim), o(dim);
   for (std::size_t h = 0; h < q_heads; ++h) {
     const std::size_t hk = h / group;
     for (std::size_t i = 0; i < q_len; ++i) {
+      for (std::size_t d = 0; d < dim; ++d) qi[d] = static_cast<double>(q(h, i, d));
       double m = -std::numeric_limits<double>::infinity();
       for (std::size_t j = 0; j < kv_len; ++j) {
         if (!mask.visible(i, j)) {
@@ -46,26 +49,23 @@ void reference_attention(const Q& q, const K& k, const V& v, const Mask& mask, d
           continue;
         }
         double s = 0;
-        for (std::size_t d = 0; d < dim; ++d) {
-          s += static_cast<double>(q(h, i, d)) * static_cast<double>(k(hk, j, d));
-        }
+        for (std::size_t d = 0; d < dim; ++d) s += qi[d] * static_cast<double>(k(hk, j, d));
         scores[j] = s * scale;
         m = std::max(m, scores[j]);
       }
-      for (std::size_t d = 0; d < dim; ++d) out(h, i, d) = 0.0;
-      if (m == -std::numeric_limits<double>::infinity()) {
-        if (lse.data_handle() != nullptr) lse(h, i) = m;
-        continue;
-      }
+      std::fill(o.begin(), o.end(), 0.0);
       double l = 0;
-      for (std::size_t j = 0; j < kv_len; ++j) {
-        if (scores[j] == -std::numeric_limits<double>::infinity()) continue;
-        const double p = std::exp(scores[j] - m);
-        l += p;
-        for (std::size_t d = 0; d < dim; ++d) out(h, i, d) += p * static_cast<double>(v(hk, j, d));
+      if (m != -std::numeric_limits<double>::infinity()) {
+        for (std::size_t j = 0; j < kv_len; ++j) {
+          if (scores[j] == -std::numeric_limits<double>::infinity()) continue;
+          const double p = std::exp(scores[j] - m);
+          l += p;
+          for (std::size_t d = 0; d < dim; ++d) o[d] += p * static_cast<double>(v(hk, j, d));
+        }
+        for (std::size_t d = 0; d < dim; ++d) o[d] /= l;
       }
-      for (std::size_t d = 0; d < dim; ++d) out(h, i, d) /= l;
-      if (lse.data_handle() != nullptr) lse(h, i) = m + std::log(l);
+      for (std::size_t d = 0; d < dim; ++d) out(h, i, d) = o[d];
+      if (lse.data_handle() != nullptr) lse(h, i) = m + (l > 0 ? std::log(l) : 0.0);
     }
   }
 }
