@@ -836,6 +836,77 @@ INSTANTIATE_TEST_SUITE_P(gguf, llama_cpp_moe_quantized,
                            return s;
                          });
 
+// A mixture with a sliding window on every layer (the Mixtral checkpoint, its config given
+// sliding_window 16): a contiguous pipeline keeps its KV in a window-sized ring, a block pipeline
+// gives unseen blocks back; both compute what the full cache under the same window computes, and
+// the window changes the logits only once positions fall out of it. (Steps of at most 8 rows
+// throughout: they all multiply f32 activations by the bf16 weights, where a longer prefill's
+// GEMMs would round them to bf16 on an AVX-512 BF16 machine.)
+TEST(llama_cpp_moe_window, ring_and_blocks_equal_the_full_cache) {
+  SKIP_WITHOUT_MOE();
+  const auto ids = moe_tokens();
+  const fs::path dir = scratch_dir() / "mixtral-window16";
+  fs::create_directories(dir);
+  fs::copy_file(moe_dir / "mixtral" / "model.safetensors", dir / "model.safetensors",
+                fs::copy_options::overwrite_existing);
+  {
+    std::ifstream in(moe_dir / "mixtral" / "config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string key = "\"sliding_window\": null";
+    const auto at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << "the checkpoint's config has no null sliding_window";
+    text.replace(at, key.size(), "\"sliding_window\": 16");
+    std::ofstream(dir / "config.json") << text;
+  }
+  const auto w = model_weights<bfloat16>::load(dir);
+  ASSERT_EQ(w->config().window(0), 16u);
+  ASSERT_EQ(w->config().window(1), 16u);
+  using blocks_bf16 =
+      causal_lm<pipeline_config<block_kv<float, 16>, dynamic_attention<>, bfloat16>>;
+  lm_bf16 ring(w, {.max_sequence = ids.size(), .step_rows = 8});
+  ASSERT_NE(ring.ring_kv_cache(), nullptr);
+  EXPECT_LT(ring.ring_kv_cache()->capacity(), ids.size());
+  lm_bf16 full(w, {.max_sequence = ids.size()});  // step_rows = max: the whole past kept
+  ASSERT_EQ(full.ring_kv_cache(), nullptr);
+  blocks_bf16 blk(w, {.max_sequence = ids.size(), .step_rows = 8});
+  lm_bf16 unwindowed(model_weights<bfloat16>::load(moe_dir / "mixtral"),
+                     {.max_sequence = ids.size()});
+  const std::size_t prompt = 8, V = w->config().vocab_size;
+  auto logits = [](const auto& o) {
+    return std::vector<float>(o.logits.data(), o.logits.data() + o.logits.size());
+  };
+  const auto head = std::span(ids).first(prompt);
+  const auto sel = npullm::output_selection::all_rows();
+  auto a = logits(ring.prefill(head, sel)), b = logits(blk.prefill(head, sel)),
+       f = logits(full.prefill(head, sel)), u = logits(unwindowed.prefill(head, sel));
+  double worst = 0, first_rows = 0, later_rows = 0;
+  std::size_t most_blocks = 0;
+  for (std::size_t t = 0;;) {
+    most_blocks = std::max(most_blocks, blk.kv_pool().used_count());
+    worst = std::max({worst, max_abs_diff(a, f), max_abs_diff(b, f)});
+    for (std::size_t r = 0; r < f.size() / V; ++r, ++t) {  // position t's row
+      const std::vector<float> fr(f.begin() + r * V, f.begin() + (r + 1) * V),
+          ur(u.begin() + r * V, u.begin() + (r + 1) * V);
+      double& seen = t < 16 ? first_rows : later_rows;
+      seen = std::max(seen, max_abs_diff(fr, ur));
+    }
+    if (t == ids.size()) break;
+    const auto next = std::span(ids).subspan(t, 1);
+    a = logits(ring.decode(next));
+    b = logits(blk.decode(next));
+    f = logits(full.decode(next));
+    u = logits(unwindowed.decode(next));
+  }
+  std::cout << "[ moe      ] mixtral, window 16: max |ring - full|, |blocks - full| " << worst
+            << "; windowed vs not: " << first_rows << " before position 16, " << later_rows
+            << " after\n";
+  EXPECT_LE(worst, 1e-5);       // the same keys, the ring's order of summation
+  EXPECT_LE(first_rows, 1e-5);  // every key still inside the window
+  EXPECT_GT(later_rows, 0.5);
+  EXPECT_EQ(ring.length(), ids.size());
+  EXPECT_LE(most_blocks, 3u);  // window 16 + the new row in blocks of 16, not 80 / 16
+}
+
 // Qwen3-MoE: no llama.cpp file (its converter predates Qwen 3); the checkpoint against a float64
 // forward pass in transformers' semantics.
 TEST(llama_cpp_moe_qwen3, checkpoint_gives_the_float64_logits) {
