@@ -107,11 +107,13 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       }
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const std::int32_t* q = qs + (m * blocks + j) * 2;
-        vi ia = V::set1(-8 * (q[0] + q[1]));
+        const std::int32_t start = -8 * (q[0] + q[1]);
+        vi ia = V::nibble_start(start);
         NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
-          ia = V::dot(ia, lo[t], x4(m, 32 * j + 4 * t));
-          ia = V::dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+          ia = V::nibble_dot(ia, lo[t], x4(m, 32 * j + 4 * t));
+          ia = V::nibble_dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
         }
+        ia = V::nibble_end(ia, start);
         acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
       }
     } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
@@ -208,8 +210,11 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       const vi bit4 = V::bytes(0x10);
       NPULLM_UNROLL for (std::size_t c = 0; c < 4; ++c) {
         const std::size_t ja = 8 * u + 2 * c, jb = ja + 1;
+        // q4_k's codes (<= 15): 8 nibble dots a piece (tiles_isa.hpp); q5_k's (<= 31) plain ones
         vi ia[MR], ib[MR];
-        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) ia[m] = ib[m] = V::set1(0);
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          ia[m] = ib[m] = five ? V::set1(0) : V::nibble_start(0);
+        }
         // q5_k: the two pieces' high bits, chunk t's moved from bit t to bit 4 (t < 4: from
         // the plane shifted left by 4, then right by 1 per chunk; t >= 4: from the plane)
         vi ha = V::set1(0), hb = V::set1(0), ga = ha, gb = hb;
@@ -233,8 +238,19 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             gb = V::template srl16<1>(gb);
           }
           NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-            ia[m] = V::dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
-            ib[m] = V::dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
+            if constexpr (five) {
+              ia[m] = V::dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
+              ib[m] = V::dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
+            } else {
+              ia[m] = V::nibble_dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
+              ib[m] = V::nibble_dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
+            }
+          }
+        }
+        if constexpr (!five) {
+          NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+            ia[m] = V::nibble_end(ia[m], 0);
+            ib[m] = V::nibble_end(ib[m], 0);
           }
         }
         const vf sa = V::mul(d, V::u8(sc + 2 * c * R)), sb = V::mul(d, V::u8(sc + (2 * c + 1) * R));
