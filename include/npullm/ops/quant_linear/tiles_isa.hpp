@@ -52,11 +52,11 @@ struct tile_avx512 {
   static i lookup(i table, i idx) noexcept { return _mm512_shuffle_epi8(table, idx); }
   // acc + Σ over each 4 bytes of u (u8) · x (s8)
   static i dot(i acc, i u, i x) noexcept { return _mm512_dpbusd_epi32(acc, u, x); }
-  // Dot products of 4-bit codes (u <= 15), up to 8 into one sum: start, dots, end (tile_avx2
-  // keeps them in 16-bit lanes between; here they are plain dots).
-  static i nibble_start(std::int32_t v) noexcept { return set1(v); }
-  static i nibble_dot(i acc, i u, i x) noexcept { return dot(acc, u, x); }
-  static i nibble_end(i acc, std::int32_t) noexcept { return acc; }
+  // Dot products of small codes into acc: small_begin, small_dot, small_end (tile_avx2
+  // without VNNI sums them in 16 bits between; here they are plain dots).
+  static i small_begin(i acc) noexcept { return acc; }
+  static i small_dot(i s, i u, i x) noexcept { return dot(s, u, x); }
+  static i small_end(i s, i) noexcept { return s; }
   // (declared for the kernel's q8_0 branch that this ISA's u8 tiles never take)
   static i dot_signed(i acc, i w, i x) noexcept = delete;
   // (maskz forms: GCC 12 warns about the unmasked ones' undefined pass-through operand)
@@ -120,29 +120,31 @@ struct tile_avx2 {
                             _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
 #endif
   }
-  // Dot products of 4-bit codes (u <= 15), up to 8 into one sum that starts at v: without
-  // VNNI the sum stays in vpmaddubsw's 16-bit pair sums (8 x 2 x 15 x 128 = 30720 fits in i16,
-  // so nothing saturates or wraps) and is widened once by nibble_end, one vpmaddwd for 8 dots
-  // instead of one each; the integers are the same as dot's.
+  // Dot products of small codes into acc: s = small_begin(acc), s = small_dot(s, u, x) for
+  // each, acc = small_end(s, acc). Without VNNI s holds vpmaddubsw's 16-bit pair sums, widened
+  // once by small_end: one vpmaddwd for the group instead of one a dot. x's codes are in
+  // [-127, 127], so a group stays within i16 (nothing saturates or wraps) when it is at most
+  // 8 dots of codes <= 15 (8 x 2 x 15 x 127 = 30480), 4 of codes <= 31 (31496) or 2 of codes
+  // <= 63 (32004); the integers are the same as dot's.
 #if defined(NPULLM_QUANT_VNNI256)
-  static i nibble_start(std::int32_t v) noexcept {
-    return set1(v);
-  }
-  static i nibble_dot(i acc, i u, i x) noexcept {
-    return dot(acc, u, x);
-  }
-  static i nibble_end(i acc, std::int32_t) noexcept {
+  static i small_begin(i acc) noexcept {
     return acc;
   }
+  static i small_dot(i s, i u, i x) noexcept {
+    return dot(s, u, x);
+  }
+  static i small_end(i s, i) noexcept {
+    return s;
+  }
 #else
-  static i nibble_start(std::int32_t) noexcept {
+  static i small_begin(i) noexcept {
     return _mm256_setzero_si256();
   }
-  static i nibble_dot(i acc, i u, i x) noexcept {
-    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, x));
+  static i small_dot(i s, i u, i x) noexcept {
+    return _mm256_add_epi16(s, _mm256_maddubs_epi16(u, x));
   }
-  static i nibble_end(i acc, std::int32_t v) noexcept {
-    return _mm256_add_epi32(set1(v), _mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+  static i small_end(i s, i acc) noexcept {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
   }
 #endif
   // acc + Σ over each 4 bytes of w (s8) · x (s8): |w| · sign(x, w)

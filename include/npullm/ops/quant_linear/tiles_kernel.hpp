@@ -107,13 +107,13 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       }
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const std::int32_t* q = qs + (m * blocks + j) * 2;
-        const std::int32_t start = -8 * (q[0] + q[1]);
-        vi ia = V::nibble_start(start);
+        vi ia = V::set1(-8 * (q[0] + q[1]));
+        vi sm = V::small_begin(ia);  // codes <= 15: 8 dots in one small sum (tiles_isa.hpp)
         NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
-          ia = V::nibble_dot(ia, lo[t], x4(m, 32 * j + 4 * t));
-          ia = V::nibble_dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+          sm = V::small_dot(sm, lo[t], x4(m, 32 * j + 4 * t));
+          sm = V::small_dot(sm, hi[t], x4(m, 32 * j + 16 + 4 * t));
         }
-        ia = V::nibble_end(ia, start);
+        ia = V::small_end(sm, ia);
         acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
       }
     } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
@@ -144,10 +144,20 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const std::int32_t* q = qs + (m * blocks + j) * 2;
         vi ia = V::set1(offset ? 0 : -16 * (q[0] + q[1]));
+        // small sums (tiles_isa.hpp): q4_1's 8 dots in one (codes <= 15), five-bit codes'
+        // (<= 31) in two of 4, the low chunks' then the high ones'
+        vi sm = V::small_begin(ia);
         NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
-          ia = V::dot(ia, lo[t], x4(m, 32 * j + 4 * t));
-          ia = V::dot(ia, hi[t], x4(m, 32 * j + 16 + 4 * t));
+          sm = V::small_dot(sm, lo[t], x4(m, 32 * j + 4 * t));
         }
+        if constexpr (five) {
+          ia = V::small_end(sm, ia);
+          sm = V::small_begin(ia);
+        }
+        NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+          sm = V::small_dot(sm, hi[t], x4(m, 32 * j + 16 + 4 * t));
+        }
+        ia = V::small_end(sm, ia);
         acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
         if constexpr (offset) acc[m] = V::fmadd(mins, V::set1f(tot[m * blocks + j]), acc[m]);
       }
@@ -210,10 +220,13 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
       const vi bit4 = V::bytes(0x10);
       NPULLM_UNROLL for (std::size_t c = 0; c < 4; ++c) {
         const std::size_t ja = 8 * u + 2 * c, jb = ja + 1;
-        // q4_k's codes (<= 15): 8 nibble dots a piece (tiles_isa.hpp); q5_k's (<= 31) plain ones
-        vi ia[MR], ib[MR];
+        // the two pieces' sums, in small sums (tiles_isa.hpp) of 8 dots (q4_k's codes <= 15)
+        // or 4 (q5_k's <= 31)
+        vi ia[MR], ib[MR], wa[MR], wb[MR];
         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-          ia[m] = ib[m] = five ? V::set1(0) : V::nibble_start(0);
+          ia[m] = ib[m] = V::set1(0);
+          wa[m] = V::small_begin(ia[m]);
+          wb[m] = V::small_begin(ib[m]);
         }
         // q5_k: the two pieces' high bits, chunk t's moved from bit t to bit 4 (t < 4: from
         // the plane shifted left by 4, then right by 1 per chunk; t >= 4: from the plane)
@@ -231,6 +244,12 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             if (t == 4) {
               ga = ha;
               gb = hb;
+              NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+                ia[m] = V::small_end(wa[m], ia[m]);
+                ib[m] = V::small_end(wb[m], ib[m]);
+                wa[m] = V::small_begin(ia[m]);
+                wb[m] = V::small_begin(ib[m]);
+              }
             }
             lo = V::or_(lo, V::and_(ga, bit4));
             hi = V::or_(hi, V::and_(gb, bit4));
@@ -238,20 +257,13 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             gb = V::template srl16<1>(gb);
           }
           NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-            if constexpr (five) {
-              ia[m] = V::dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
-              ib[m] = V::dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
-            } else {
-              ia[m] = V::nibble_dot(ia[m], lo, x4(m, 32 * ja + 4 * t));
-              ib[m] = V::nibble_dot(ib[m], hi, x4(m, 32 * jb + 4 * t));
-            }
+            wa[m] = V::small_dot(wa[m], lo, x4(m, 32 * ja + 4 * t));
+            wb[m] = V::small_dot(wb[m], hi, x4(m, 32 * jb + 4 * t));
           }
         }
-        if constexpr (!five) {
-          NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-            ia[m] = V::nibble_end(ia[m], 0);
-            ib[m] = V::nibble_end(ib[m], 0);
-          }
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          ia[m] = V::small_end(wa[m], ia[m]);
+          ib[m] = V::small_end(wb[m], ib[m]);
         }
         const vf sa = V::mul(d, V::u8(sc + 2 * c * R)), sb = V::mul(d, V::u8(sc + (2 * c + 1) * R));
         const vf ma = V::mul(dmin, V::u8(mn + 2 * c * R));
@@ -271,13 +283,24 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
         const std::size_t j = 8 * u + pc;
         const std::byte* lp = p + 18 * R + pc * 24 * R;
         const vi h[2] = {V::load(lp + 16 * R), V::load(lp + 16 * R + C)};
-        vi i0[MR], i1[MR];
+        // each half's sum in small sums (tiles_isa.hpp) of 2 dots (codes <= 63)
+        vi i0[MR], i1[MR], w0[MR], w1[MR];
         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
           const std::int32_t* q = qs + (m * blocks + j) * 2;
           i0[m] = V::set1(-32 * q[0]);
           i1[m] = V::set1(-32 * q[1]);
+          w0[m] = V::small_begin(i0[m]);
+          w1[m] = V::small_begin(i1[m]);
         }
         NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
+          if (t == 2) {
+            NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+              i0[m] = V::small_end(w0[m], i0[m]);
+              i1[m] = V::small_end(w1[m], i1[m]);
+              w0[m] = V::small_begin(i0[m]);
+              w1[m] = V::small_begin(i1[m]);
+            }
+          }
           const vi l = V::load(lp + t * C);
           // chunk t: high pair at bits 2 (t / 2) of plane t % 2; chunk t + 4: 4 bits higher
           const vi hv = h[t % 2];
@@ -286,9 +309,13 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           const vi u0 = V::or_(V::and_(l, low4), V::and_(h0, bits45));
           const vi u1 = V::or_(V::and_(V::template srl16<4>(l), low4), V::and_(h1, bits45));
           NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
-            i0[m] = V::dot(i0[m], u0, x4(m, 32 * j + 4 * t));
-            i1[m] = V::dot(i1[m], u1, x4(m, 32 * j + 16 + 4 * t));
+            w0[m] = V::small_dot(w0[m], u0, x4(m, 32 * j + 4 * t));
+            w1[m] = V::small_dot(w1[m], u1, x4(m, 32 * j + 16 + 4 * t));
           }
+        }
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          i0[m] = V::small_end(w0[m], i0[m]);
+          i1[m] = V::small_end(w1[m], i1[m]);
         }
         const vf s0 = V::mul(d, V::s8(sc + 2 * pc * R)),
                  s1 = V::mul(d, V::s8(sc + (2 * pc + 1) * R));
