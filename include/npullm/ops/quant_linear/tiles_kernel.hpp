@@ -21,6 +21,8 @@
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 #include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
@@ -339,7 +341,53 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
   }
 }
 #else
-// Portable: the same loops, one row of the tile at a time, in integers (no prefetch).
+// Portable: the same integers per row, every row of the tile at once (no prefetch): a chunk's
+// R x 4 bytes are multiplied in order by x's 4 codes into 4R lane sums (a loop the compiler
+// vectorizes: SSE2 in a baseline x86-64 build), folded into the R row sums once a piece; a
+// row's floats are summed in the SIMD kernels' order, unit by unit. Zero rows past `rows` are
+// computed and not stored.
+template <std::size_t C>
+struct tile_lanes {
+#if defined(__SSE2__)
+  __m128i v[C / 8] = {};  // i32 pair sums: lanes 2r and 2r + 1 are row r's
+#else
+  std::int32_t v[C / 2] = {};
+#endif
+  // lanes += code(j) · x[j % 4] for the chunk's C codes (each fits int8): the codes made into
+  // bytes (byte-wise loops the compiler vectorizes), then with SSE2 sign-extended to 16 bits
+  // and multiplied by x's codes pairwise into 32 bits (pmaddwd)
+  template <class Code>
+  void add(const std::int8_t* x, Code code) noexcept {
+    alignas(16) std::int8_t q[C];
+    for (std::size_t j = 0; j < C; ++j) q[j] = static_cast<std::int8_t>(code(j));
+#if defined(__SSE2__)
+    const __m128i xs = _mm_set_epi16(x[3], x[2], x[1], x[0], x[3], x[2], x[1], x[0]);
+    for (std::size_t j = 0; j < C; j += 16) {
+      const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(q + j));
+      const __m128i sign = _mm_cmpgt_epi8(_mm_setzero_si128(), b);
+      v[j / 8] = _mm_add_epi32(v[j / 8], _mm_madd_epi16(_mm_unpacklo_epi8(b, sign), xs));
+      v[j / 8 + 1] = _mm_add_epi32(v[j / 8 + 1], _mm_madd_epi16(_mm_unpackhi_epi8(b, sign), xs));
+    }
+#else
+    for (std::size_t j = 0; j < C; ++j) v[j / 2] += q[j] * x[j % 4];
+#endif
+  }
+  template <class Get>
+  void dot(const std::uint8_t* b, const std::int8_t* x, Get get) noexcept {
+    add(x, [&](std::size_t j) { return get(b[j]); });
+  }
+  // row r's sum (its 4 codes' products) plus `start`
+  [[nodiscard]] std::int32_t row(std::size_t r, std::int32_t start = 0) const noexcept {
+#if defined(__SSE2__)
+    alignas(16) std::int32_t w[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(w), v[r / 2]);
+    return start + w[2 * (r % 2)] + w[2 * (r % 2) + 1];
+#else
+    return start + v[2 * r] + v[2 * r + 1];
+#endif
+  }
+};
+
 template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
                std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
@@ -351,118 +399,121 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
   const auto f16 = [](const std::uint8_t* p) {
     return load_f16(reinterpret_cast<const std::byte*>(p));
   };
+  const auto low = [](std::uint8_t b) { return int{b & 0xF}; };
+  const auto high = [](std::uint8_t b) { return int{b >> 4}; };
   for (std::size_t m = 0; m < MR; ++m) {
     const std::int8_t* xq = a.codes.data() + (m0 + m) * k;
     const float* dx = a.d.data() + (m0 + m) * blocks;
     const float* tot = a.tot.data() + (m0 + m) * blocks;
     const std::int32_t* qs = a.qsum.data() + (m0 + m) * blocks * 2;
-    for (std::size_t r = 0; r < rows; ++r) {
-      float acc = 0.0f;
-      // Σ over 4 codes of chunk byte pointer b (row r) with x from value v, code = get(byte)
-      const auto dot4 = [&](const std::uint8_t* b, std::size_t v, auto get) {
-        std::int32_t s = 0;
-        for (std::size_t i = 0; i < 4; ++i) s += get(b[r * 4 + i]) * xq[v + i];
-        return s;
-      };
-      for (std::size_t u = 0; u < units; ++u) {
-        const std::uint8_t* p = t8 + u * ub;
-        if constexpr (F == weight_format::q4_0) {
-          std::int32_t ia = -8 * (qs[2 * u] + qs[2 * u + 1]);
-          for (std::size_t t = 0; t < 4; ++t) {
-            ia += dot4(p + 2 * R + t * C, 32 * u + 4 * t, [](std::uint8_t b) { return b & 0xF; });
-            ia +=
-                dot4(p + 2 * R + t * C, 32 * u + 16 + 4 * t, [](std::uint8_t b) { return b >> 4; });
+    float acc[R] = {};
+    for (std::size_t u = 0; u < units; ++u) {
+      const std::uint8_t* p = t8 + u * ub;
+      if constexpr (F == weight_format::q4_0) {
+        tile_lanes<C> l;
+        for (std::size_t t = 0; t < 4; ++t) {
+          l.dot(p + 2 * R + t * C, xq + 32 * u + 4 * t, low);
+          l.dot(p + 2 * R + t * C, xq + 32 * u + 16 + 4 * t, high);
+        }
+        const std::int32_t start = -8 * (qs[2 * u] + qs[2 * u + 1]);
+        for (std::size_t r = 0; r < R; ++r) {
+          acc[r] = std::fma(static_cast<float>(l.row(r, start)), f16(p + 2 * r) * dx[u], acc[r]);
+        }
+      } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
+                           F == weight_format::q5_1) {
+        const std::uint8_t* nb = p + tile_nibbles_at(F);
+        const std::uint8_t* hb = p + tile_high_bits_at(F);
+        tile_lanes<C> l;
+        for (std::size_t t = 0; t < 4; ++t) {
+          const std::uint8_t* b = nb + t * C;
+          l.add(xq + 32 * u + 4 * t, [&](std::size_t j) {
+            return (b[j] & 0xF) | (F == weight_format::q4_1 ? 0 : ((hb[j] >> t) & 1) << 4);
+          });
+          l.add(xq + 32 * u + 16 + 4 * t, [&](std::size_t j) {
+            return (b[j] >> 4) | (F == weight_format::q4_1 ? 0 : ((hb[j] >> (t + 4)) & 1) << 4);
+          });
+        }
+        const std::int32_t start = F == weight_format::q5_0 ? -16 * (qs[2 * u] + qs[2 * u + 1]) : 0;
+        for (std::size_t r = 0; r < R; ++r) {
+          acc[r] = std::fma(static_cast<float>(l.row(r, start)), f16(p + 2 * r) * dx[u], acc[r]);
+          if constexpr (F != weight_format::q5_0) {
+            acc[r] = std::fma(f16(p + 2 * R + 2 * r), tot[u], acc[r]);
           }
-          acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
-        } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
-                             F == weight_format::q5_1) {
-          const std::uint8_t* nb = p + tile_nibbles_at(F);
-          const std::uint8_t* hb = p + tile_high_bits_at(F);
-          std::int32_t ia = F == weight_format::q5_0 ? -16 * (qs[2 * u] + qs[2 * u + 1]) : 0;
+        }
+      } else if constexpr (F == weight_format::iq4_nl || F == weight_format::iq4_xs) {
+        for (std::size_t pc = 0; pc < tile_unit_pieces(F); ++pc) {
+          const std::size_t j = tile_unit_pieces(F) * u + pc;
+          const std::uint8_t* nb = p + tile_nibbles_at(F) + pc * 16 * R;
+          tile_lanes<C> l;
           for (std::size_t t = 0; t < 4; ++t) {
-            for (std::size_t i = 0; i < 4; ++i) {
-              int lo = nb[(t * R + r) * 4 + i] & 0xF, hi = nb[(t * R + r) * 4 + i] >> 4;
-              if constexpr (F != weight_format::q4_1) {
-                lo |= ((hb[r * 4 + i] >> t) & 1) << 4;
-                hi |= ((hb[r * 4 + i] >> (t + 4)) & 1) << 4;
-              }
-              ia += lo * xq[32 * u + 4 * t + i] + hi * xq[32 * u + 16 + 4 * t + i];
-            }
+            l.dot(nb + t * C, xq + 32 * j + 4 * t,
+                  [](std::uint8_t b) { return int{iq4_values[b & 0xF]}; });
+            l.dot(nb + t * C, xq + 32 * j + 16 + 4 * t,
+                  [](std::uint8_t b) { return int{iq4_values[b >> 4]}; });
           }
-          acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
-          if constexpr (F != weight_format::q5_0)
-            acc = std::fma(f16(p + 2 * R + 2 * r), tot[u], acc);
-        } else if constexpr (F == weight_format::iq4_nl || F == weight_format::iq4_xs) {
-          const float d = f16(p + 2 * r);
-          for (std::size_t pc = 0; pc < tile_unit_pieces(F); ++pc) {
-            const std::size_t j = tile_unit_pieces(F) * u + pc;
-            const std::uint8_t* nb = p + tile_nibbles_at(F) + pc * 16 * R;
-            std::int32_t ia = 0;
-            for (std::size_t t = 0; t < 4; ++t) {
-              ia += dot4(nb + t * C, 32 * j + 4 * t,
-                         [](std::uint8_t b) { return int{iq4_values[b & 0xF]}; });
-              ia += dot4(nb + t * C, 32 * j + 16 + 4 * t,
-                         [](std::uint8_t b) { return int{iq4_values[b >> 4]}; });
-            }
+          for (std::size_t r = 0; r < R; ++r) {
+            const float d = f16(p + 2 * r);
             const float s =
                 F == weight_format::iq4_xs
                     ? d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + pc * R + r]))
                     : d;
-            acc = std::fma(static_cast<float>(ia), s * dx[j], acc);
+            acc[r] = std::fma(static_cast<float>(l.row(r)), s * dx[j], acc[r]);
           }
-        } else if constexpr (F == weight_format::q8_0) {
-          std::int32_t ia = 0;
+        }
+      } else if constexpr (F == weight_format::q8_0) {
+        tile_lanes<C> l;
+        for (std::size_t t = 0; t < 8; ++t) {
+          l.dot(p + 2 * R + t * C, xq + 32 * u + 4 * t,
+                [](std::uint8_t b) { return int{static_cast<std::int8_t>(b)}; });
+        }
+        for (std::size_t r = 0; r < R; ++r) {
+          acc[r] = std::fma(static_cast<float>(l.row(r)), f16(p + 2 * r) * dx[u], acc[r]);
+        }
+      } else if constexpr (F == weight_format::q4_k || F == weight_format::q5_k) {
+        for (std::size_t pc = 0; pc < 8; ++pc) {
+          const std::size_t j = 8 * u + pc, c = pc / 2, shift = (pc % 2) * 4;
+          const std::uint8_t* hb = p + 148 * R + pc * C;  // (q5_k)
+          tile_lanes<C> l;
           for (std::size_t t = 0; t < 8; ++t) {
-            ia += dot4(p + 2 * R + t * C, 32 * u + 4 * t,
-                       [](std::uint8_t b) { return static_cast<std::int8_t>(b); });
+            const std::uint8_t* b = p + 20 * R + (c * 8 + t) * C;
+            l.add(xq + 32 * j + 4 * t, [&](std::size_t i) {
+              const int q = (b[i] >> shift) & 0xF;
+              return F == weight_format::q5_k ? q | ((hb[i] >> t) & 1) << 4 : q;
+            });
           }
-          acc = std::fma(static_cast<float>(ia), f16(p + 2 * r) * dx[u], acc);
-        } else if constexpr (F == weight_format::q4_k || F == weight_format::q5_k) {
-          const float d = f16(p + 2 * r), dmin = f16(p + 2 * R + 2 * r);
-          for (std::size_t pc = 0; pc < 8; ++pc) {
-            const std::size_t j = 8 * u + pc, c = pc / 2, shift = (pc % 2) * 4;
-            const std::uint8_t* hb = p + 148 * R + pc * C + r * 4;  // (q5_k)
-            std::int32_t ia = 0;
-            for (std::size_t t = 0; t < 8; ++t) {
-              const std::uint8_t* b = p + 20 * R + (c * 8 + t) * C + r * 4;
-              for (std::size_t i = 0; i < 4; ++i) {
-                int q = (b[i] >> shift) & 0xF;
-                if constexpr (F == weight_format::q5_k) q |= ((hb[i] >> t) & 1) << 4;
-                ia += q * xq[32 * j + 4 * t + i];
-              }
-            }
-            const float s = d * static_cast<float>(p[4 * R + pc * R + r]);
-            const float mn = dmin * static_cast<float>(p[12 * R + pc * R + r]);
-            acc = std::fma(static_cast<float>(ia), s * dx[j], acc);
-            acc = std::fma(-mn, tot[j], acc);
+          for (std::size_t r = 0; r < R; ++r) {
+            const float s = f16(p + 2 * r) * static_cast<float>(p[4 * R + pc * R + r]);
+            const float mn = f16(p + 2 * R + 2 * r) * static_cast<float>(p[12 * R + pc * R + r]);
+            acc[r] = std::fma(static_cast<float>(l.row(r)), s * dx[j], acc[r]);
+            acc[r] = std::fma(-mn, tot[j], acc[r]);
           }
-        } else if constexpr (F == weight_format::q6_k) {
-          const float d = f16(p + 2 * r);
-          for (std::size_t pc = 0; pc < 8; ++pc) {
-            const std::size_t j = 8 * u + pc;
-            const std::uint8_t* lp = p + 18 * R + pc * 24 * R;
-            std::int32_t ih[2] = {-32 * qs[2 * j], -32 * qs[2 * j + 1]};
-            for (std::size_t chunk = 0; chunk < 8; ++chunk) {
-              const std::uint8_t* lo = lp + (chunk % 4) * C;
-              const std::uint8_t* hi = lp + 16 * R + (chunk % 2) * C;
-              std::int32_t s = 0;
-              for (std::size_t i = 0; i < 4; ++i) {
-                const int q = ((lo[r * 4 + i] >> (chunk / 4 * 4)) & 0xF) |
-                              (((hi[r * 4 + i] >> (chunk / 2 * 2)) & 3) << 4);
-                s += q * xq[32 * j + 4 * chunk + i];
-              }
-              ih[chunk / 4] += s;
-            }
-            for (std::size_t h = 0; h < 2; ++h) {
+        }
+      } else if constexpr (F == weight_format::q6_k) {
+        for (std::size_t pc = 0; pc < 8; ++pc) {
+          const std::size_t j = 8 * u + pc;
+          const std::uint8_t* lp = p + 18 * R + pc * 24 * R;
+          tile_lanes<C> l[2];  // values 0..15 of the piece, 16..31
+          for (std::size_t chunk = 0; chunk < 8; ++chunk) {
+            const std::uint8_t* lo = lp + (chunk % 4) * C;
+            const std::uint8_t* hi = lp + 16 * R + (chunk % 2) * C;
+            const int ls = static_cast<int>(chunk / 4 * 4), hs = static_cast<int>(chunk / 2 * 2);
+            l[chunk / 4].add(xq + 32 * j + 4 * chunk, [&](std::size_t i) {
+              return ((lo[i] >> ls) & 0xF) | (((hi[i] >> hs) & 3) << 4);
+            });
+          }
+          for (std::size_t h = 0; h < 2; ++h) {
+            for (std::size_t r = 0; r < R; ++r) {
               const float s =
-                  d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + (2 * pc + h) * R + r]));
-              acc = std::fma(static_cast<float>(ih[h]), s * dx[j], acc);
+                  f16(p + 2 * r) *
+                  static_cast<float>(static_cast<std::int8_t>(p[2 * R + (2 * pc + h) * R + r]));
+              const std::int32_t ih = l[h].row(r, -32 * qs[2 * j + h]);
+              acc[r] = std::fma(static_cast<float>(ih), s * dx[j], acc[r]);
             }
           }
         }
       }
-      y[m * ldy + r] = acc + (bias ? bias[r] : 0.0f);
     }
+    for (std::size_t r = 0; r < rows; ++r) y[m * ldy + r] = acc[r] + (bias ? bias[r] : 0.0f);
   }
 }
 #endif
