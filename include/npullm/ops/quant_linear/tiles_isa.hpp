@@ -2,7 +2,7 @@
 // struct per vector width: tile_avx512 (AVX-512 VNNI: 16 rows a vector) and tile_avx2 (AVX2,
 // with vpdpbusd on ymm where the compiler targets AVX-VNNI or AVX-512 VNNI + VL: 8 rows a
 // vector). AVX-512 VNNI builds have both (tile_height_of picks per format). Portable builds run the
-// scalar kernel instead (tiles_portable.hpp).
+// kernel's portable loops instead (tiles_kernel.hpp; SSE2's pmaddwd where the target has it).
 #pragma once
 
 #include <cstddef>
