@@ -342,10 +342,10 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
 }
 #else
 // Portable: the same integers per row, every row of the tile at once (no prefetch): a chunk's
-// R x 4 bytes are multiplied in order by x's 4 codes into 4R lane sums (a loop the compiler
-// vectorizes: SSE2 in a baseline x86-64 build), folded into the R row sums once a piece; a
-// row's floats are summed in the SIMD kernels' order, unit by unit. Zero rows past `rows` are
-// computed and not stored.
+// R x 4 codes are made into bytes and multiplied by x's 4 codes into 2R pair sums (tile_lanes:
+// SSE2's pmaddwd on any x86-64, plain loops elsewhere), folded into the R row sums once a
+// piece; a row's floats are summed in the SIMD kernels' order, unit by unit. Zero rows past
+// `rows` are computed and not stored.
 template <std::size_t C>
 struct tile_lanes {
 #if defined(__SSE2__)
