@@ -404,6 +404,8 @@ void gemv_bf16_dot(const std::uint32_t* x2, std::size_t pairs, const bfloat16* w
     for (std::size_t p = 0; p < pairs; p += simd::lanes) {
       const auto mask =
           static_cast<__mmask16>(pairs - p >= simd::lanes ? 0xffffu : (1u << (pairs - p)) - 1u);
+      // the next row's same line, one row (2 K bytes) ahead of the loads
+      _mm_prefetch(reinterpret_cast<const char*>(wr + pairs + p), _MM_HINT_T0);
       const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi32(mask, wr + p);
       for (std::size_t m = 0; m < M; ++m) {
         const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi32(mask, x2 + m * pairs + p);
