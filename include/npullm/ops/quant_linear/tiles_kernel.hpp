@@ -441,6 +441,8 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           }
         }
       } else if constexpr (F == weight_format::iq4_nl || F == weight_format::iq4_xs) {
+        float d[R];  // the rows' scales, once a unit
+        for (std::size_t r = 0; r < R; ++r) d[r] = f16(p + 2 * r);
         for (std::size_t pc = 0; pc < tile_unit_pieces(F); ++pc) {
           const std::size_t j = tile_unit_pieces(F) * u + pc;
           const std::uint8_t* nb = p + tile_nibbles_at(F) + pc * 16 * R;
@@ -452,11 +454,10 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
                   [](std::uint8_t b) { return int{iq4_values[b >> 4]}; });
           }
           for (std::size_t r = 0; r < R; ++r) {
-            const float d = f16(p + 2 * r);
             const float s =
                 F == weight_format::iq4_xs
-                    ? d * static_cast<float>(static_cast<std::int8_t>(p[2 * R + pc * R + r]))
-                    : d;
+                    ? d[r] * static_cast<float>(static_cast<std::int8_t>(p[2 * R + pc * R + r]))
+                    : d[r];
             acc[r] = std::fma(static_cast<float>(l.row(r)), s * dx[j], acc[r]);
           }
         }
@@ -470,6 +471,11 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           acc[r] = std::fma(static_cast<float>(l.row(r)), f16(p + 2 * r) * dx[u], acc[r]);
         }
       } else if constexpr (F == weight_format::q4_k || F == weight_format::q5_k) {
+        float d[R], dmin[R];  // the rows' factors, once a unit
+        for (std::size_t r = 0; r < R; ++r) {
+          d[r] = f16(p + 2 * r);
+          dmin[r] = f16(p + 2 * R + 2 * r);
+        }
         for (std::size_t pc = 0; pc < 8; ++pc) {
           const std::size_t j = 8 * u + pc, c = pc / 2, shift = (pc % 2) * 4;
           const std::uint8_t* hb = p + 148 * R + pc * C;  // (q5_k)
@@ -482,13 +488,15 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             });
           }
           for (std::size_t r = 0; r < R; ++r) {
-            const float s = f16(p + 2 * r) * static_cast<float>(p[4 * R + pc * R + r]);
-            const float mn = f16(p + 2 * R + 2 * r) * static_cast<float>(p[12 * R + pc * R + r]);
+            const float s = d[r] * static_cast<float>(p[4 * R + pc * R + r]);
+            const float mn = dmin[r] * static_cast<float>(p[12 * R + pc * R + r]);
             acc[r] = std::fma(static_cast<float>(l.row(r)), s * dx[j], acc[r]);
             acc[r] = std::fma(-mn, tot[j], acc[r]);
           }
         }
       } else if constexpr (F == weight_format::q6_k) {
+        float d[R];  // the rows' scales, once a unit
+        for (std::size_t r = 0; r < R; ++r) d[r] = f16(p + 2 * r);
         for (std::size_t pc = 0; pc < 8; ++pc) {
           const std::size_t j = 8 * u + pc;
           const std::uint8_t* lp = p + 18 * R + pc * 24 * R;
@@ -503,9 +511,8 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           }
           for (std::size_t h = 0; h < 2; ++h) {
             for (std::size_t r = 0; r < R; ++r) {
-              const float s =
-                  f16(p + 2 * r) *
-                  static_cast<float>(static_cast<std::int8_t>(p[2 * R + (2 * pc + h) * R + r]));
+              const float s = d[r] * static_cast<float>(
+                                         static_cast<std::int8_t>(p[2 * R + (2 * pc + h) * R + r]));
               const std::int32_t ih = l[h].row(r, -32 * qs[2 * j + h]);
               acc[r] = std::fma(static_cast<float>(ih), s * dx[j], acc[r]);
             }
