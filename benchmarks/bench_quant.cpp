@@ -2,7 +2,8 @@
 // the Qwen2-0.5B MLP projection K = 896, N = 4864 (super-block types: K = 1024, the nearest
 // multiple of 256), weights of every format: q8_0, q4_0, q4_k, q6_k, int4_sym with group 128
 // (f16 scales), and the other GGUF types (q4_1, q5_0, q5_1, iq4_nl, q5_k, q3_k, q2_k, iq4_xs;
-// those without tiles, has_repacked_layout: GEMV and GEMM over the view only, no m4 rows).
+// those without tiles, has_repacked_layout (int8_sym, int4_sym): GEMV and GEMM over the view
+// only, no m4 rows).
 //   m1 .../cold: GEMV; GBps over the quantized bytes (data + scales) and pct_bw (% of the read
 //           bandwidth measured in this process); "cold" rotates over enough weight copies to
 //           pass 128 MiB, as bench_ops does.

@@ -392,7 +392,9 @@ TEST(QuantLinear, RepackedEqualsTheViewPathWithinReassociation) {
     EXPECT_EQ(tiles.cols(), k);
     EXPECT_EQ(tiles.format(), f);
     EXPECT_GE(tiles.bytes(), w.data.size());
-    EXPECT_LE(tiles.bytes(), w.data.size() * 1.03 + 16 * ops::row_bytes(f, k));
+    // (the layouts' overheads: q3_k + 3.6 %, q4_k + 2.8 %, the others less; tiles.hpp)
+    EXPECT_LE(tiles.bytes(), w.data.size() * (f == weight_format::q3_k ? 1.037 : 1.03) +
+                                 16 * ops::row_bytes(f, k));
     const auto wd = dequantized(w);
     for (const std::size_t m : {1u, 2u, 4u, 16u, 40u}) {
       SCOPED_TRACE(std::string(ops::to_string(f)) + " m " + std::to_string(m));

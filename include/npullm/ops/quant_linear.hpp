@@ -165,7 +165,7 @@ class packed_quantized {
 };
 
 // Whether repack() has a tiled layout for this format (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl,
-// q4_k, q5_k, q6_k, iq4_xs; not yet q2_k, q3_k, int8_sym, int4_sym).
+// q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs; not yet int8_sym, int4_sym).
 constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
@@ -176,7 +176,8 @@ constexpr bool has_repacked_layout(weight_format f) noexcept {
 // and one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and
 // prefill reads the same tiles MR rows of x at a time, so the source's pages are not touched after
 // repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, q5_k:
-// + 2.3%, iq4_xs: + 1.5%, their 6-bit scales stored as bytes), plus at most R − 1 zero rows. Only
+// + 2.3%, iq4_xs: + 1.5%, q3_k: + 3.6%, their 6-bit scales stored as bytes), plus at most R − 1
+// zero rows. Only
 // meaningful in the ISA namespace that made it. Results equal linear over the source within f32
 // reassociation: the same integer dot products and the same products s · dx per piece, summed in
 // another order.
@@ -282,7 +283,8 @@ struct repack_access {
     check_kernel_shape(w, "repack");
     if (!has_tiles(w.format)) {
       raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
-            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q4_k, q5_k, q6_k and iq4_xs have one)");
+            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k and iq4_xs have "
+            "one)");
     }
     repacked_quantized out;
     out.source_ = w;
@@ -434,6 +436,8 @@ NPULLM_QK_TILED_(q5_1)
 NPULLM_QK_TILED_(iq4_nl)
 NPULLM_QK_TILED_(iq4_xs)
 NPULLM_QK_TILED_(q5_k)
+NPULLM_QK_TILED_(q3_k)
+NPULLM_QK_TILED_(q2_k)
 // clang-format on
 static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
               "a new weight_format: add it to the extern instantiations above");
@@ -467,6 +471,8 @@ constexpr tile_span_fn tile_span_for(weight_format f) noexcept {
     case F::q5_k: return of.template operator()<F::q5_k>();
     case F::iq4_nl: return of.template operator()<F::iq4_nl>();
     case F::iq4_xs: return of.template operator()<F::iq4_xs>();
+    case F::q3_k: return of.template operator()<F::q3_k>();
+    case F::q2_k: return of.template operator()<F::q2_k>();
     default: return nullptr;
   }
 }

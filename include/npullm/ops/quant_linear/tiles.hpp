@@ -5,9 +5,9 @@
 // per-row prologue, no horizontal sums, and the scales of the tile's rows are one contiguous
 // vector per piece.
 //
-// A tile is a run of units (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl: one 32-value piece; q4_k,
-// q5_k, q6_k, iq4_xs: one 256-value super-block), each holding the R rows' factors, then their
-// codes as 4-byte chunks (values 4t .. 4t + 3 of a piece) of row 0, row 1, ..., row R − 1:
+// A tile is a run of units (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl: one 32-value piece; q2_k,
+// q3_k, q4_k, q5_k, q6_k, iq4_xs: one 256-value super-block), each holding the R rows' factors,
+// then their codes as 4-byte chunks (values 4t .. 4t + 3 of a piece) of rows 0 .. R − 1:
 //   q4_0  f16 d[R]; for t in 0..3: R x 4 bytes, nibbles lo = u[4t + i], hi = u[16 + 4t + i];
 //         u = q + 8 (0..15).                                          18 R bytes (the file's)
 //   q4_1  f16 d[R], f16 m[R], then q4_0's nibbles; value d · u + m.    20 R (the file's)
@@ -28,9 +28,16 @@
 //   q6_k  f16 d[R], i8 sc[16][R]; per piece: for t in 0..3 R x 4 bytes of low nibbles (lo =
 //         u[4t + i], hi = u[16 + 4t + i]), then for s in 0..1 R x 4 bytes of high 2-bit pairs:
 //         bits 0-1, 2-3, 4-5, 6-7 = chunks s, s + 2, s + 4, s + 6; u = q + 32 (0..63).   210 R
-// The value is s · (u − o) (− min for q4_k, + m for q4_1 / q5_1): the integer offset o rides in the
-// dot product's start (−o · Σ x codes of the piece or half, from the activations), so that the
-// piece loop is load, unpack (mask / shift), one dot product per chunk and row of x, then one
+//   q3_k  f16 d[R], i8 sc[16][R] (the 6-bit scales − 32, one a half piece); per piece: for s in
+//         0..1 R x 4 bytes of 2-bit pairs (bits 0-1, 2-3, 4-5, 6-7 = the low two bits of chunks
+//         s, s + 2, s + 4, s + 6), then R x 4 bytes of high bits (bit t of byte i = bit 2 of
+//         u[4t + i]); u = q + 4 (0..7).                                  114 R (file: 110 R)
+//   q2_k  f16 d[R], f16 dmin[R], u8 sm[16][R] (the file's bytes: scale | min << 4, one a half
+//         piece), then per piece q3_k's two planes of 2-bit pairs; u = q (0..3).
+//                                                                       84 R (the file's)
+// The value is s · (u − o) (− min for q2_k / q4_k, + m for q4_1 / q5_1): the integer offset o rides
+// in the dot product's start (−o · Σ x codes of the piece or half, from the activations), so that
+// the piece loop is load, unpack (mask / shift), one dot product per chunk and row of x, then one
 // convert and one FMA by s · dx per piece (half piece: q6_k) and row of x. Rows past N in the last
 // tile are zero (scale 0).
 #pragma once
@@ -62,7 +69,9 @@ using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, 
 // 16-row tiles against 25.5 in 8-row ones (its unpacking and two scales per piece: Zen 4 splits
 // each zmm operation in two, so the 16-row tile only adds shuffles), q4_k's 17.6-21.8 ->
 // 20.3-28 GB/s (k1024 n4864, noisy); q5_k, the same kernel, the other way (13.9 GB/s at 8
-// rows, 16.9 at 16 for k4864 n896): it stays at 16. Every other build: 8.
+// rows, 16.9 at 16 for k4864 n896): it stays at 16; q2_k and q3_k too (k1024 n4864, 1 thread,
+// 8 -> 16 rows: m1 16.4 -> 19.2 and 19.3 -> 20.4 GB/s, m512 128 -> 205 and 183 -> 235 GFLOP/s).
+// Every other build: 8.
 constexpr std::size_t tile_height_of(weight_format f) noexcept {
 #if defined(NPULLM_QUANT_VNNI512)
   return f == weight_format::q6_k || f == weight_format::q4_k ? 8 : 16;
@@ -83,8 +92,8 @@ constexpr bool tile_q8_biased() noexcept {
 
 // Pieces per unit and bytes per unit of R rows (0: no tiled layout).
 constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
-  return f == weight_format::q4_k || f == weight_format::q5_k || f == weight_format::q6_k ||
-                 f == weight_format::iq4_xs
+  return f == weight_format::q2_k || f == weight_format::q3_k || f == weight_format::q4_k ||
+                 f == weight_format::q5_k || f == weight_format::q6_k || f == weight_format::iq4_xs
              ? 8
              : 1;
 }
@@ -100,6 +109,8 @@ constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
     case weight_format::q4_k: return 148 * R;
     case weight_format::q5_k: return 180 * R;
     case weight_format::q6_k: return 210 * R;
+    case weight_format::q3_k: return 114 * R;
+    case weight_format::q2_k: return 84 * R;
     case weight_format::iq4_xs: return 138 * R;
     default: return 0;
   }
@@ -234,6 +245,29 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
             // high pair: chunk c in plane c % 2 at bits 2 (c / 2)
             hi[((chunk % 2) * R + r) * 4 + i] |=
                 static_cast<std::uint8_t>((q >> 4) << (chunk / 2 * 2));
+          }
+          break;
+        }
+        case weight_format::q3_k:
+        case weight_format::q2_k: {
+          const bool three = f == weight_format::q3_k;
+          const auto* b = reinterpret_cast<const std::uint8_t*>(row) + (three ? 110 : 84) * unit;
+          if (p == 0) {
+            std::memcpy(u + 2 * r, b + (three ? 108 : 80), 2);
+            if (!three) std::memcpy(u + 2 * R + 2 * r, b + 82, 2);
+          }
+          for (std::size_t h = 0; h < 2; ++h) {
+            u[(three ? 2 : 4) * R + (2 * p + h) * R + r] =
+                three ? static_cast<std::uint8_t>(q3_k_scale(b + 96, 2 * p + h) - 32)
+                      : b[2 * p + h];
+          }
+          std::uint8_t* pairs = u + (three ? 18 : 20) * R + p * (three ? 12 : 8) * R;
+          for (std::size_t v = 0; v < 32; ++v) {
+            const int q = pc.q[v] + (three ? 4 : 0);  // 0..7, 0..3
+            const std::size_t chunk = v / 4, i = v % 4;
+            pairs[((chunk % 2) * R + r) * 4 + i] |=
+                static_cast<std::uint8_t>((q & 3) << (chunk / 2 * 2));
+            if (three) pairs[(2 * R + r) * 4 + i] |= static_cast<std::uint8_t>((q >> 2) << chunk);
           }
           break;
         }

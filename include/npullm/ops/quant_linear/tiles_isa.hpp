@@ -70,6 +70,17 @@ struct tile_avx512 {
   static f s8(const void* p) noexcept {
     return cvt(_mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))));
   }
+  // the low / high nibbles of 16 bytes as floats
+  static f u4lo(const void* p) noexcept {
+    return cvt(_mm512_and_si512(
+        _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))),
+        _mm512_set1_epi32(0xF)));
+  }
+  static f u4hi(const void* p) noexcept {
+    return cvt(_mm512_maskz_srli_epi32(
+        0xFFFF, _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(static_cast<const __m128i*>(p))),
+        4));
+  }
   static f loadf(const float* p) noexcept { return _mm512_loadu_ps(p); }
   static f set1f(float v) noexcept { return _mm512_set1_ps(v); }
   static f zerof() noexcept { return _mm512_setzero_ps(); }
@@ -124,8 +135,8 @@ struct tile_avx2 {
   // each, acc = small_end(s, acc). Without VNNI s holds vpmaddubsw's 16-bit pair sums, widened
   // once by small_end: one vpmaddwd for the group instead of one a dot. x's codes are in
   // [-127, 127], so a group stays within i16 (nothing saturates or wraps) when it is at most
-  // 8 dots of codes <= 15 (8 x 2 x 15 x 127 = 30480), 4 of codes <= 31 (31496) or 2 of codes
-  // <= 63 (32004); the integers are the same as dot's.
+  // 8 dots of codes <= 15 (8 x 2 x 15 x 127 = 30480; codes <= 7 or 3: more), 4 of codes <= 31
+  // (31496) or 2 of codes <= 63 (32004); the integers are the same as dot's.
 #if defined(NPULLM_QUANT_VNNI256)
   static i small_begin(i acc) noexcept {
     return acc;
@@ -164,6 +175,15 @@ struct tile_avx2 {
   }
   static f s8(const void* p) noexcept {
     return cvt(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+  }
+  static f u4lo(const void* p) noexcept {
+    return cvt(
+        _mm256_and_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))),
+                         _mm256_set1_epi32(0xF)));
+  }
+  static f u4hi(const void* p) noexcept {
+    return cvt(_mm256_srli_epi32(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))), 4));
   }
   static f loadf(const float* p) noexcept {
     return _mm256_loadu_ps(p);

@@ -327,6 +327,81 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           acc[m] = V::fmadd(V::cvt(i1[m]), V::mul(s1, x), acc[m]);
         }
       }
+    } else if constexpr (F == weight_format::q2_k || F == weight_format::q3_k) {
+      constexpr bool three = F == weight_format::q3_k;
+      constexpr std::size_t piece_bytes = (three ? 12 : 8) * R;
+      const vf d = V::f16(p);
+      const vf dmin = three ? V::zerof() : V::f16(p + 2 * R);
+      const std::byte* sc = p + (three ? 2 : 4) * R;
+      const vi low2 = V::bytes(0x03), bit2 = V::bytes(0x04);
+      NPULLM_UNROLL for (std::size_t pc = 0; pc < 8; ++pc) {
+        const std::size_t j = 8 * u + pc;
+        const std::byte* cp = p + (three ? 18 : 20) * R + pc * piece_bytes;
+        // chunk t's low bits at bits 2 (t / 2) of plane t % 2 (both planes shifted right by 2
+        // after each odd t); q3_k: its high bit from bit t of the third plane, moved to bit 2
+        // (t < 4: from the plane shifted left by 2, then right by 1 a chunk; t >= 4: from the
+        // plane shifted right by 2)
+        vi l0 = V::load(cp), l1 = V::load(cp + C);
+        vi hb = V::set1(0), g = hb;
+        if constexpr (three) {
+          hb = V::load(cp + 2 * C);
+          g = V::template sll16<2>(hb);
+        }
+        // each half's sum in small sums (tiles_isa.hpp) of 4 dots (codes <= 7)
+        vi i0[MR], i1[MR], w0[MR], w1[MR];
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const std::int32_t* q = qs + (m * blocks + j) * 2;
+          i0[m] = V::set1(three ? -4 * q[0] : 0);
+          i1[m] = V::set1(three ? -4 * q[1] : 0);
+          w0[m] = V::small_begin(i0[m]);
+          w1[m] = V::small_begin(i1[m]);
+        }
+        NPULLM_UNROLL for (std::size_t t = 0; t < 8; ++t) {
+          if constexpr (three) {
+            if (t == 4) g = V::template srl16<2>(hb);
+          }
+          vi c = V::and_(t % 2 == 0 ? l0 : l1, low2);
+          if constexpr (three) {
+            c = V::or_(c, V::and_(g, bit2));
+            g = V::template srl16<1>(g);
+          }
+          if (t % 2 == 1) {
+            l0 = V::template srl16<2>(l0);
+            l1 = V::template srl16<2>(l1);
+          }
+          NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+            if (t < 4) {
+              w0[m] = V::small_dot(w0[m], c, x4(m, 32 * j + 4 * t));
+            } else {
+              w1[m] = V::small_dot(w1[m], c, x4(m, 32 * j + 4 * t));
+            }
+          }
+        }
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          i0[m] = V::small_end(w0[m], i0[m]);
+          i1[m] = V::small_end(w1[m], i1[m]);
+        }
+        const std::byte* s0p = sc + 2 * pc * R;
+        const std::byte* s1p = s0p + R;
+        const vf s0 = V::mul(d, three ? V::s8(s0p) : V::u4lo(s0p));
+        const vf s1 = V::mul(d, three ? V::s8(s1p) : V::u4lo(s1p));
+        const vf m0 = three ? V::zerof() : V::mul(dmin, V::u4hi(s0p));
+        const vf m1 = three ? V::zerof() : V::mul(dmin, V::u4hi(s1p));
+        NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
+          const float xd = dx[m * blocks + j];
+          const vf x = V::set1f(xd);
+          acc[m] = V::fmadd(V::cvt(i0[m]), V::mul(s0, x), acc[m]);
+          if constexpr (!three) {
+            const std::int32_t* q = qs + (m * blocks + j) * 2;
+            acc[m] = V::fnmadd(m0, V::set1f(xd * static_cast<float>(q[0])), acc[m]);
+          }
+          acc[m] = V::fmadd(V::cvt(i1[m]), V::mul(s1, x), acc[m]);
+          if constexpr (!three) {
+            const std::int32_t* q = qs + (m * blocks + j) * 2;
+            acc[m] = V::fnmadd(m1, V::set1f(xd * static_cast<float>(q[1])), acc[m]);
+          }
+        }
+      }
     }
   }
   NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
@@ -515,6 +590,42 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
                                          static_cast<std::int8_t>(p[2 * R + (2 * pc + h) * R + r]));
               const std::int32_t ih = l[h].row(r, -32 * qs[2 * j + h]);
               acc[r] = std::fma(static_cast<float>(ih), s * dx[j], acc[r]);
+            }
+          }
+        }
+      } else if constexpr (F == weight_format::q2_k || F == weight_format::q3_k) {
+        constexpr bool three = F == weight_format::q3_k;
+        float d[R], dmin[R];  // the rows' factors, once a unit
+        for (std::size_t r = 0; r < R; ++r) {
+          d[r] = f16(p + 2 * r);
+          dmin[r] = three ? 0.0f : f16(p + 2 * R + 2 * r);
+        }
+        const std::uint8_t* sc = p + (three ? 2 : 4) * R;
+        for (std::size_t pc = 0; pc < 8; ++pc) {
+          const std::size_t j = 8 * u + pc;
+          const std::uint8_t* cp = p + (three ? 18 : 20) * R + pc * (three ? 12 : 8) * R;
+          tile_lanes<C> l[2];  // values 0..15 of the piece, 16..31
+          for (std::size_t chunk = 0; chunk < 8; ++chunk) {
+            const std::uint8_t* lo = cp + (chunk % 2) * C;
+            const std::uint8_t* hb = cp + 2 * C;  // (q3_k)
+            const int ls = static_cast<int>(chunk / 2 * 2);
+            l[chunk / 4].add(xq + 32 * j + 4 * chunk, [&](std::size_t i) {
+              return ((lo[i] >> ls) & 3) | (three ? ((hb[i] >> chunk) & 1) << 2 : 0);
+            });
+          }
+          for (std::size_t h = 0; h < 2; ++h) {
+            for (std::size_t r = 0; r < R; ++r) {
+              const std::uint8_t b = sc[(2 * pc + h) * R + r];
+              if constexpr (three) {
+                const float s = d[r] * static_cast<float>(static_cast<std::int8_t>(b));
+                const std::int32_t ih = l[h].row(r, -4 * qs[2 * j + h]);
+                acc[r] = std::fma(static_cast<float>(ih), s * dx[j], acc[r]);
+              } else {
+                const float s = d[r] * static_cast<float>(b & 0xF);
+                const float mn = dmin[r] * static_cast<float>(b >> 4);
+                acc[r] = std::fma(static_cast<float>(l[h].row(r)), s * dx[j], acc[r]);
+                acc[r] = std::fma(-mn, dx[j] * static_cast<float>(qs[2 * j + h]), acc[r]);
+              }
             }
           }
         }
