@@ -164,8 +164,7 @@ class packed_quantized {
   std::vector<float, aligned_allocator<float>> scale_, offset_;
 };
 
-// Whether repack() has a tiled layout for this format (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl,
-// q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs; not yet int8_sym, int4_sym).
+// Whether repack() has a tiled layout for this format (every weight_format has one).
 constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
@@ -176,9 +175,9 @@ constexpr bool has_repacked_layout(weight_format f) noexcept {
 // and one FMA per piece, with no per-row prologue (decode reads W at the memory's pace), and
 // prefill reads the same tiles MR rows of x at a time, so the source's pages are not touched after
 // repack (a file mapping can drop them). Memory: the file's bytes (q4_k: + 2.8%, q5_k:
-// + 2.3%, iq4_xs: + 1.5%, q3_k: + 3.6%, their 6-bit scales stored as bytes), plus at most R − 1
-// zero rows. Only
-// meaningful in the ISA namespace that made it. Results equal linear over the source within f32
+// + 2.3%, iq4_xs: + 1.5%, q3_k: + 3.6%, their 6-bit scales stored as bytes; int8_sym / int4_sym:
+// codes and scales, the source's), plus at most R − 1 zero rows. Only meaningful in the ISA
+// namespace that made it. Results equal linear over the source within f32
 // reassociation: the same integer dot products and the same products s · dx per piece, summed in
 // another order.
 class repacked_quantized {
@@ -283,15 +282,15 @@ struct repack_access {
     check_kernel_shape(w, "repack");
     if (!has_tiles(w.format)) {
       raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
-            " (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k and iq4_xs have "
-            "one)");
+            " (every weight_format of this build has one)");
     }
     repacked_quantized out;
     out.source_ = w;
     out.data_ = decltype(out.data_)(huge_page_allocator<std::byte>(std::move(arena)));
     const std::size_t R = tile_height_of(w.format);
     out.tiles_ = (w.rows + R - 1) / R;
-    out.tile_bytes_ = w.cols / 32 / tile_unit_pieces(w.format) * tile_unit_bytes(w.format);
+    out.tile_bytes_ = tile_scale_bytes(w.format, w.cols / 32, tile_scales_of(w)) +
+                      w.cols / 32 / tile_unit_pieces(w.format) * tile_unit_bytes(w.format);
     out.data_.resize(out.tiles_ * out.tile_bytes_);
     const std::size_t parts = std::min(out.tiles_, policy.concurrency() * 4);
     policy.parallel_for(parts, [&](std::size_t part) {
@@ -313,10 +312,13 @@ struct repack_access {
 template <weight_format F, std::size_t MR = tile_max_mr>
 inline void tile_rest(std::size_t rest, const std::byte* tile, std::size_t units,
                       const quantized_activations& a, std::size_t m0, std::size_t rows,
-                      const float* bias, float* y, std::size_t ldy, const std::byte* stream_end) {
+                      const float* bias, float* y, std::size_t ldy, const std::byte* stream_end,
+                      tile_scales ts) {
   if constexpr (MR > 0) {
-    if (rest == MR) return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy, stream_end);
-    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy, stream_end);
+    if (rest == MR) {
+      return tile_rows<F, MR>(tile, units, a, m0, rows, bias, y, ldy, stream_end, ts);
+    }
+    tile_rest<F, MR - 1>(rest, tile, units, a, m0, rows, bias, y, ldy, stream_end, ts);
   }
 }
 
@@ -330,6 +332,7 @@ void tile_span(const repacked_quantized& w, const quantized_activations& a, std:
                std::size_t ldy) {
   constexpr std::size_t R = tile_height_of(F);
   const std::size_t n = w.rows(), units = w.cols() / 32 / tile_unit_pieces(F);
+  const tile_scales ts = tile_scales_of(w.source());
   // (a tile's rows of x past the first tile_max_mr read it again: from cache, no prefetch)
   const std::byte* end =
       t1 > t0 ? repack_access::tile(w, t1 - 1) + repack_access::tile_bytes(w) : nullptr;
@@ -338,7 +341,7 @@ void tile_span(const repacked_quantized& w, const quantized_activations& a, std:
     const float* b = bias ? bias + n0 : nullptr;
     for (std::size_t r = 0; r < m; r += tile_max_mr) {
       tile_rest<F>(std::min(tile_max_mr, m - r), repack_access::tile(w, i), units, a, m0 + r, rows,
-                   b, y + r * ldy + n0, ldy, r == 0 ? end : nullptr);
+                   b, y + r * ldy + n0, ldy, r == 0 ? end : nullptr, ts);
     }
   }
 }
@@ -438,6 +441,8 @@ NPULLM_QK_TILED_(iq4_xs)
 NPULLM_QK_TILED_(q5_k)
 NPULLM_QK_TILED_(q3_k)
 NPULLM_QK_TILED_(q2_k)
+NPULLM_QK_TILED_(int8_sym)
+NPULLM_QK_TILED_(int4_sym)
 // clang-format on
 static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
               "a new weight_format: add it to the extern instantiations above");
@@ -473,8 +478,10 @@ constexpr tile_span_fn tile_span_for(weight_format f) noexcept {
     case F::iq4_xs: return of.template operator()<F::iq4_xs>();
     case F::q3_k: return of.template operator()<F::q3_k>();
     case F::q2_k: return of.template operator()<F::q2_k>();
-    default: return nullptr;
+    case F::int8_sym: return of.template operator()<F::int8_sym>();
+    case F::int4_sym: return of.template operator()<F::int4_sym>();
   }
+  return nullptr;
 }
 
 // linear over w (its view, its packed panels when `packed` is given and M > 16, its tiles when

@@ -35,6 +35,11 @@
 //   q2_k  f16 d[R], f16 dmin[R], u8 sm[16][R] (the file's bytes: scale | min << 4, one a half
 //         piece), then per piece q3_k's two planes of 2-bit pairs; u = q (0..3).
 //                                                                       84 R (the file's)
+//   int8_sym, int4_sym  (npullm's NPU layout: the scales outside the blocks, one per group of
+//         G values, G = 32, 64, 128 or K) the tile starts with the scales of its R rows, group
+//         by group, in the source's type (f16 or f32: [K / G][R]), then its units are pieces:
+//         int8_sym q8_0's codes without the d (32 R bytes), int4_sym q4_0's nibbles without it
+//         (16 R; u = q + 8). Bytes: the source's.
 // The value is s · (u − o) (− min for q2_k / q4_k, + m for q4_1 / q5_1): the integer offset o rides
 // in the dot product's start (−o · Σ x codes of the piece or half, from the activations), so that
 // the piece loop is load, unpack (mask / shift), one dot product per chunk and row of x, then one
@@ -90,6 +95,24 @@ constexpr bool tile_q8_biased() noexcept {
 #endif
 }
 
+// Where the scales of int8_sym / int4_sym tiles are (the GGUF formats keep theirs in the units):
+// a group's pieces and the scales' type (tiles.hpp's layout above).
+struct tile_scales {
+  std::size_t group_pieces = 1;
+  bool f16 = false;
+};
+inline tile_scales tile_scales_of(const quantized_view& w) noexcept {
+  return {w.group / 32 > 0 ? w.group / 32 : 1, w.scale_type == dtype::f16};
+}
+constexpr bool tile_sym(weight_format f) noexcept {
+  return f == weight_format::int8_sym || f == weight_format::int4_sym;
+}
+// Bytes of a tile's scales ahead of its units (0 for the GGUF formats).
+constexpr std::size_t tile_scale_bytes(weight_format f, std::size_t pieces,
+                                       tile_scales s) noexcept {
+  return tile_sym(f) ? pieces / s.group_pieces * (s.f16 ? 2 : 4) * tile_height_of(f) : 0;
+}
+
 // Pieces per unit and bytes per unit of R rows (0: no tiled layout).
 constexpr std::size_t tile_unit_pieces(weight_format f) noexcept {
   return f == weight_format::q2_k || f == weight_format::q3_k || f == weight_format::q4_k ||
@@ -111,6 +134,8 @@ constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
     case weight_format::q6_k: return 210 * R;
     case weight_format::q3_k: return 114 * R;
     case weight_format::q2_k: return 84 * R;
+    case weight_format::int8_sym: return 32 * R;
+    case weight_format::int4_sym: return 16 * R;
     case weight_format::iq4_xs: return 138 * R;
     default: return 0;
   }
@@ -138,7 +163,11 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
   const std::size_t R = tile_height_of(f);
   const std::size_t pieces = w.cols / 32, upieces = tile_unit_pieces(f);
   const std::size_t ub = tile_unit_bytes(f);
-  std::fill_n(dst, pieces / upieces * ub, std::byte{0});
+  const tile_scales ts = tile_scales_of(w);
+  const std::size_t sb = tile_scale_bytes(f, pieces, ts);
+  std::fill_n(dst, sb + pieces / upieces * ub, std::byte{0});
+  std::byte* const scales = dst;  // (int8_sym, int4_sym)
+  dst += sb;
   const auto put_f16 = [](std::byte* p, float v) {
     const std::uint16_t b = float16(v).bits();
     std::memcpy(p, &b, 2);
@@ -170,6 +199,25 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
         case weight_format::q4_0: {
           put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
           put_nibbles(u + 2 * R, [&](std::size_t v) { return pc.q[v] + 8; });
+          break;
+        }
+        case weight_format::int8_sym:
+        case weight_format::int4_sym: {  // the scale as stored (f16 bits or f32), once a group
+          if (j % ts.group_pieces == 0) {
+            const std::size_t g = j / ts.group_pieces, es = ts.f16 ? 2 : 4;
+            std::memcpy(scales + (g * R + r) * es,
+                        w.scales.data() + ((n0 + r) * w.groups() + g) * es, es);
+          }
+          if (f == weight_format::int4_sym) {
+            put_nibbles(u, [&](std::size_t v) { return pc.q[v] + 8; });
+          } else {
+            for (std::size_t t = 0; t < 8; ++t) {
+              for (std::size_t i = 0; i < 4; ++i) {
+                const int q = pc.q[4 * t + i];
+                u[(t * R + r) * 4 + i] = static_cast<std::uint8_t>(tile_q8_biased() ? q + 128 : q);
+              }
+            }
+          }
           break;
         }
         case weight_format::q4_1:

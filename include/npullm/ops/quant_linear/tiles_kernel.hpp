@@ -70,10 +70,11 @@ using tile_isa_for = tile_avx2;
 // y[m, n0 .. n0 + rows) for the MR rows of x from m0 (rows <= R of the tile are stored).
 // stream_end: the end of the run of contiguous tiles this tile is read in (the thread's part),
 // so that the prefetch runs on into the next tile, not past the part (nullptr: this tile's end).
+// ts: where int8_sym / int4_sym tiles keep their scales (tiles.hpp; unused by the GGUF formats).
 template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
                std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
-               const std::byte* stream_end) {
+               const std::byte* stream_end, tile_scales ts) {
   using V = tile_isa_for<F>;
   using vi = V::i;
   using vf = V::f;
@@ -90,20 +91,35 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
   NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) acc[m] = V::zerof();
   // 4 codes of x row m from value v of the row
   const auto x4 = [&](std::size_t m, std::size_t v) { return V::bcast4(xq + m * k + v); };
+  // int8_sym / int4_sym: the units after the scales; a group's scales in sg for its pieces
+  constexpr bool sym = tile_sym(F);
+  const std::byte* scales = tile;
+  if constexpr (sym) tile += tile_scale_bytes(F, units, ts);
+  vf sg = V::zerof();
+  std::size_t group_left = 0;
   const char* end =
       reinterpret_cast<const char*>(stream_end != nullptr ? stream_end : tile + units * ub);
   for (std::size_t u = 0; u < units; ++u) {
     const std::byte* p = tile + u * ub;
+    if constexpr (sym) {
+      if (group_left == 0) {
+        sg = ts.f16 ? V::f16(scales) : V::loadf(reinterpret_cast<const float*>(scales));
+        scales += (ts.f16 ? 2 : 4) * R;
+        group_left = ts.group_pieces;
+      }
+      --group_left;
+    }
     const char* pf = reinterpret_cast<const char*>(p) + tile_prefetch_bytes(F);
     for (std::size_t o = 0; o < ub; o += 64) {
       if (pf + o < end) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
-    if constexpr (F == weight_format::q4_0) {
+    if constexpr (F == weight_format::q4_0 || F == weight_format::int4_sym) {
       const std::size_t j = u;
-      const vf s = V::f16(p);
+      const vf s = sym ? sg : V::f16(p);
+      const std::byte* nib = p + (sym ? 0 : 2 * R);
       vi lo[4], hi[4];
       NPULLM_UNROLL for (std::size_t t = 0; t < 4; ++t) {
-        const vi v = V::load(p + 2 * R + t * C);
+        const vi v = V::load(nib + t * C);
         lo[t] = V::and_(v, low4);
         hi[t] = V::and_(V::template srl16<4>(v), low4);
       }
@@ -197,14 +213,15 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           acc[m] = V::fmadd(V::cvt(ia), V::mul(s, V::set1f(dx[m * blocks + j])), acc[m]);
         }
       }
-    } else if constexpr (F == weight_format::q8_0) {
+    } else if constexpr (F == weight_format::q8_0 || F == weight_format::int8_sym) {
       const std::size_t j = u;
-      const vf s = V::f16(p);
+      const vf s = sym ? sg : V::f16(p);
+      const std::byte* codes = p + (sym ? 0 : 2 * R);
       NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
         const std::int32_t* q = qs + (m * blocks + j) * 2;
         vi ia = V::set1(tile_q8_biased() ? -128 * (q[0] + q[1]) : 0);
         NPULLM_UNROLL for (std::size_t t = 0; t < 8; ++t) {
-          const vi w = V::load(p + 2 * R + t * C);
+          const vi w = V::load(codes + t * C);
           if constexpr (tile_q8_biased()) {  // the layout's choice (tiles.hpp)
             ia = V::dot(ia, w, x4(m, 32 * j + 4 * t));
           } else {
@@ -466,13 +483,27 @@ struct tile_lanes {
 template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
                std::size_t m0, std::size_t rows, const float* bias, float* y, std::size_t ldy,
-               const std::byte* /*stream_end*/) {
+               const std::byte* /*stream_end*/, tile_scales ts) {
   constexpr std::size_t R = tile_height_of(F), C = 4 * R;
   constexpr std::size_t ub = tile_unit_bytes(F);
   const std::size_t k = a.k, blocks = a.blocks;
-  const auto* t8 = reinterpret_cast<const std::uint8_t*>(tile);
+  constexpr bool sym = tile_sym(F);
+  const auto* scales = reinterpret_cast<const std::uint8_t*>(tile);  // (int8_sym, int4_sym)
+  const auto* t8 = scales + tile_scale_bytes(F, units, ts);
   const auto f16 = [](const std::uint8_t* p) {
     return load_f16(reinterpret_cast<const std::byte*>(p));
+  };
+  // row r's scale of piece u: int8_sym / int4_sym's of its group, else the unit's f16 d
+  const auto piece_scale = [&](const std::uint8_t* p, std::size_t u, std::size_t r) {
+    if constexpr (sym) {
+      const std::uint8_t* g = scales + (u / ts.group_pieces * R + r) * (ts.f16 ? 2 : 4);
+      float v;
+      if (ts.f16) return f16(g);
+      std::memcpy(&v, g, 4);
+      return v;
+    } else {
+      return f16(p + 2 * r);
+    }
   };
   const auto low = [](std::uint8_t b) { return int{b & 0xF}; };
   const auto high = [](std::uint8_t b) { return int{b >> 4}; };
@@ -484,15 +515,17 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
     float acc[R] = {};
     for (std::size_t u = 0; u < units; ++u) {
       const std::uint8_t* p = t8 + u * ub;
-      if constexpr (F == weight_format::q4_0) {
+      if constexpr (F == weight_format::q4_0 || F == weight_format::int4_sym) {
+        const std::uint8_t* nb = p + (sym ? 0 : 2 * R);
         tile_lanes<C> l;
         for (std::size_t t = 0; t < 4; ++t) {
-          l.dot(p + 2 * R + t * C, xq + 32 * u + 4 * t, low);
-          l.dot(p + 2 * R + t * C, xq + 32 * u + 16 + 4 * t, high);
+          l.dot(nb + t * C, xq + 32 * u + 4 * t, low);
+          l.dot(nb + t * C, xq + 32 * u + 16 + 4 * t, high);
         }
         const std::int32_t start = -8 * (qs[2 * u] + qs[2 * u + 1]);
         for (std::size_t r = 0; r < R; ++r) {
-          acc[r] = std::fma(static_cast<float>(l.row(r, start)), f16(p + 2 * r) * dx[u], acc[r]);
+          acc[r] =
+              std::fma(static_cast<float>(l.row(r, start)), piece_scale(p, u, r) * dx[u], acc[r]);
         }
       } else if constexpr (F == weight_format::q4_1 || F == weight_format::q5_0 ||
                            F == weight_format::q5_1) {
@@ -536,14 +569,14 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             acc[r] = std::fma(static_cast<float>(l.row(r)), s * dx[j], acc[r]);
           }
         }
-      } else if constexpr (F == weight_format::q8_0) {
+      } else if constexpr (F == weight_format::q8_0 || F == weight_format::int8_sym) {
         tile_lanes<C> l;
         for (std::size_t t = 0; t < 8; ++t) {
-          l.dot(p + 2 * R + t * C, xq + 32 * u + 4 * t,
+          l.dot(p + (sym ? 0 : 2 * R) + t * C, xq + 32 * u + 4 * t,
                 [](std::uint8_t b) { return int{static_cast<std::int8_t>(b)}; });
         }
         for (std::size_t r = 0; r < R; ++r) {
-          acc[r] = std::fma(static_cast<float>(l.row(r)), f16(p + 2 * r) * dx[u], acc[r]);
+          acc[r] = std::fma(static_cast<float>(l.row(r)), piece_scale(p, u, r) * dx[u], acc[r]);
         }
       } else if constexpr (F == weight_format::q4_k || F == weight_format::q5_k) {
         float d[R], dmin[R];  // the rows' factors, once a unit
