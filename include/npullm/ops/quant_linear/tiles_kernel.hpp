@@ -468,6 +468,20 @@ struct tile_lanes {
   void dot(const std::uint8_t* b, const std::int8_t* x, Get get) noexcept {
     add(x, [&](std::size_t j) { return get(b[j]); });
   }
+#if defined(__SSE2__)
+  // lanes += lo(j) · xl[j % 4] + hi(j) · xh[j % 4], pr[j] = lo(j) | hi(j) << 8 (two int8 codes:
+  // IQ4's two nibbles looked up at once, iq4_pairs); the same integers as add() twice
+  void add_pairs(const std::int8_t* xl, const std::int8_t* xh, const std::uint16_t* pr) noexcept {
+    const __m128i l = _mm_set_epi16(xl[3], xl[2], xl[1], xl[0], xl[3], xl[2], xl[1], xl[0]);
+    const __m128i h = _mm_set_epi16(xh[3], xh[2], xh[1], xh[0], xh[3], xh[2], xh[1], xh[0]);
+    for (std::size_t j = 0; j < C; j += 8) {
+      const __m128i p = _mm_load_si128(reinterpret_cast<const __m128i*>(pr + j));
+      const __m128i lo = _mm_srai_epi16(_mm_slli_epi16(p, 8), 8), hi = _mm_srai_epi16(p, 8);
+      v[j / 8] =
+          _mm_add_epi32(v[j / 8], _mm_add_epi32(_mm_madd_epi16(lo, l), _mm_madd_epi16(hi, h)));
+    }
+  }
+#endif
   // row r's sum (its 4 codes' products) plus `start`
   [[nodiscard]] std::int32_t row(std::size_t r, std::int32_t start = 0) const noexcept {
 #if defined(__SSE2__)
@@ -479,6 +493,16 @@ struct tile_lanes {
 #endif
   }
 };
+
+// IQ4's codes of a byte's two nibbles: the low one's in the low byte, the high one's above.
+inline constexpr auto iq4_pairs = [] {
+  std::array<std::uint16_t, 256> t{};
+  for (std::size_t b = 0; b < 256; ++b) {
+    t[b] = static_cast<std::uint16_t>(static_cast<std::uint8_t>(iq4_values[b & 0xF]) |
+                                      static_cast<std::uint8_t>(iq4_values[b >> 4]) << 8);
+  }
+  return t;
+}();
 
 template <weight_format F, std::size_t MR>
 void tile_rows(const std::byte* tile, std::size_t units, const quantized_activations& a,
@@ -556,10 +580,19 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           const std::uint8_t* nb = p + tile_nibbles_at(F) + pc * 16 * R;
           tile_lanes<C> l;
           for (std::size_t t = 0; t < 4; ++t) {
+#if defined(__SSE2__)
+            // both nibbles of a byte looked up at once (one 16-bit load instead of two byte
+            // lookups, the bytes' sign extension by shifts): SSE2 has no byte shuffle
+            alignas(16) std::uint16_t pr[C];
+            const std::uint8_t* b = nb + t * C;
+            for (std::size_t i = 0; i < C; ++i) pr[i] = iq4_pairs[b[i]];
+            l.add_pairs(xq + 32 * j + 4 * t, xq + 32 * j + 16 + 4 * t, pr);
+#else
             l.dot(nb + t * C, xq + 32 * j + 4 * t,
                   [](std::uint8_t b) { return int{iq4_values[b & 0xF]}; });
             l.dot(nb + t * C, xq + 32 * j + 16 + 4 * t,
                   [](std::uint8_t b) { return int{iq4_values[b >> 4]}; });
+#endif
           }
           for (std::size_t r = 0; r < R; ++r) {
             const float s =
