@@ -189,6 +189,15 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
           }
         }
       };
+      // q8_0's codes (+ 128 where the tiles are biased) of chunks t = 0..7 at `at`
+      const auto put_bytes = [&](std::uint8_t* at) {
+        for (std::size_t t = 0; t < 8; ++t) {
+          for (std::size_t i = 0; i < 4; ++i) {
+            const int q = pc.q[4 * t + i];
+            at[(t * R + r) * 4 + i] = static_cast<std::uint8_t>(tile_q8_biased() ? q + 128 : q);
+          }
+        }
+      };
       // the high bits of a 5-bit code (q5_0, q5_1, q5_k): bit v / 4 of row r's byte v % 4 at `at`
       const auto put_high_bits = [&](std::uint8_t* at, const auto& code) {
         for (std::size_t v = 0; v < 32; ++v) {
@@ -211,12 +220,7 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
           if (f == weight_format::int4_sym) {
             put_nibbles(u, [&](std::size_t v) { return pc.q[v] + 8; });
           } else {
-            for (std::size_t t = 0; t < 8; ++t) {
-              for (std::size_t i = 0; i < 4; ++i) {
-                const int q = pc.q[4 * t + i];
-                u[(t * R + r) * 4 + i] = static_cast<std::uint8_t>(tile_q8_biased() ? q + 128 : q);
-              }
-            }
+            put_bytes(u);
           }
           break;
         }
@@ -245,13 +249,7 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
         }
         case weight_format::q8_0: {
           put_f16(dst + unit * ub + 2 * r, pc.scale[0]);
-          for (std::size_t t = 0; t < 8; ++t) {
-            for (std::size_t i = 0; i < 4; ++i) {
-              const int q = pc.q[4 * t + i];
-              u[2 * R + (t * R + r) * 4 + i] =
-                  static_cast<std::uint8_t>(tile_q8_biased() ? q + 128 : q);
-            }
-          }
+          put_bytes(u + 2 * R);
           break;
         }
         case weight_format::q4_k:

@@ -406,15 +406,14 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
         const vf m1 = three ? V::zerof() : V::mul(dmin, V::u4hi(s1p));
         NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {
           const float xd = dx[m * blocks + j];
+          [[maybe_unused]] const std::int32_t* q = qs + (m * blocks + j) * 2;  // (q2_k's mins)
           const vf x = V::set1f(xd);
           acc[m] = V::fmadd(V::cvt(i0[m]), V::mul(s0, x), acc[m]);
           if constexpr (!three) {
-            const std::int32_t* q = qs + (m * blocks + j) * 2;
             acc[m] = V::fnmadd(m0, V::set1f(xd * static_cast<float>(q[0])), acc[m]);
           }
           acc[m] = V::fmadd(V::cvt(i1[m]), V::mul(s1, x), acc[m]);
           if constexpr (!three) {
-            const std::int32_t* q = qs + (m * blocks + j) * 2;
             acc[m] = V::fnmadd(m1, V::set1f(xd * static_cast<float>(q[1])), acc[m]);
           }
         }
@@ -521,8 +520,8 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
   const auto piece_scale = [&](const std::uint8_t* p, std::size_t u, std::size_t r) {
     if constexpr (sym) {
       const std::uint8_t* g = scales + (u / ts.group_pieces * R + r) * (ts.f16 ? 2 : 4);
-      float v;
       if (ts.f16) return f16(g);
+      float v;
       std::memcpy(&v, g, 4);
       return v;
     } else {
