@@ -641,7 +641,8 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           const std::size_t j = 8 * u + pc;
           const std::uint8_t* lp = p + 18 * R + pc * 24 * R;
           tile_lanes<C> l[2];  // values 0..15 of the piece, 16..31
-          for (std::size_t chunk = 0; chunk < 8; ++chunk) {
+          // (unrolled: constant shifts, and the lanes stay in registers instead of the stack)
+          NPULLM_UNROLL for (std::size_t chunk = 0; chunk < 8; ++chunk) {
             const std::uint8_t* lo = lp + (chunk % 4) * C;
             const std::uint8_t* hi = lp + 16 * R + (chunk % 2) * C;
             const int ls = static_cast<int>(chunk / 4 * 4), hs = static_cast<int>(chunk / 2 * 2);
@@ -670,7 +671,8 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           const std::size_t j = 8 * u + pc;
           const std::uint8_t* cp = p + (three ? 18 : 20) * R + pc * (three ? 12 : 8) * R;
           tile_lanes<C> l[2];  // values 0..15 of the piece, 16..31
-          for (std::size_t chunk = 0; chunk < 8; ++chunk) {
+          // (unrolled: constant shifts, and the lanes stay in registers instead of the stack)
+          NPULLM_UNROLL for (std::size_t chunk = 0; chunk < 8; ++chunk) {
             const std::uint8_t* lo = cp + (chunk % 2) * C;
             const std::uint8_t* hb = cp + 2 * C;  // (q3_k)
             const int ls = static_cast<int>(chunk / 2 * 2);
