@@ -99,7 +99,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/config.hpp"
-#include "npullm/ops/quant.hpp"
+#include "npullm/ops/quant_format.hpp"
 #include "npullm/ops/rope.hpp"
 
 namespace npullm::model {

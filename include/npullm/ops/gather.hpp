@@ -1,5 +1,5 @@
 // gather (embedding lookup): out[m, :] = table[ids[m], :] as f32.
-//   ids [M]; table (V, D) f32, f16 or bf16, or quantized (ops/quant.hpp: each selected row
+//   ids [M]; table (V, D) f32, f16 or bf16, or quantized (ops/quant_format.hpp: each selected row
 //   dequantized exactly as its format defines it); out (M, D) f32. An id outside [0, V) is
 //   out_of_range naming the row, the id and V (out untouched).
 #pragma once
@@ -13,7 +13,7 @@
 #include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
 #include "npullm/core/tokens.hpp"
-#include "npullm/ops/quant.hpp"
+#include "npullm/ops/dequantize.hpp"
 
 namespace npullm::ops {
 inline namespace NPULLM_ISA_NAMESPACE {  // a loop compiled per ISA: see core/isa.hpp

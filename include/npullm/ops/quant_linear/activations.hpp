@@ -20,7 +20,7 @@
 #include "npullm/core/simd.hpp"
 #include "npullm/core/tensor.hpp"
 #include "npullm/core/tensor_view.hpp"
-#include "npullm/ops/quant.hpp"
+#include "npullm/ops/dequantize.hpp"
 
 #if defined(__AVX2__)
 #include <immintrin.h>

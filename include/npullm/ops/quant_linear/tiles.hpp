@@ -57,7 +57,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/isa.hpp"
 #include "npullm/core/tensor.hpp"
-#include "npullm/ops/quant.hpp"
+#include "npullm/ops/dequantize.hpp"
 #include "npullm/ops/quant_linear/activations.hpp"
 
 #include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)

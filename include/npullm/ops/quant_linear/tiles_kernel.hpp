@@ -14,7 +14,7 @@
 
 #include "npullm/core/isa.hpp"
 #include "npullm/core/simd.hpp"
-#include "npullm/ops/quant.hpp"
+#include "npullm/ops/dequantize.hpp"
 #include "npullm/ops/quant_linear/activations.hpp"
 #include "npullm/ops/quant_linear/tiles.hpp"
 #include "npullm/ops/quant_linear/tiles_isa.hpp"
