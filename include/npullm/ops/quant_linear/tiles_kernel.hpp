@@ -1,8 +1,9 @@
 // The kernel over repacked tiles (quant_linear/tiles.hpp gives the layout): MR rows of x times
 // one tile of R rows of W, all of K, into y's MR x R block. Written once over the ISA's vector
-// struct (tiles_isa.hpp); portable builds run the same loops in scalar code. Per unit it loads
-// each code vector once for all MR rows of x, so M <= 16 (decode, a speculative verify step) and
-// M > 16 (prefill, in groups of MR rows) read the same tiles.
+// struct (tiles_isa.hpp); portable builds run the same loops in scalar code (tiles_portable.hpp,
+// included at the end). Per unit it loads each code vector once for all MR rows of x, so M <= 16
+// (decode, a speculative verify step) and M > 16 (prefill, in groups of MR rows) read the same
+// tiles.
 #pragma once
 
 #include <algorithm>
@@ -21,8 +22,6 @@
 
 #if defined(__AVX2__)
 #include <immintrin.h>
-#elif defined(__SSE2__)
-#include <emmintrin.h>
 #endif
 
 #include "npullm/ops/quant_linear/vnni_macros.hpp"  // (ended at the bottom)
