@@ -1,6 +1,6 @@
 // Quantized KV formats (kv::q8_0, kv::q4_0) in every KV storage, read by flash attention.
 //
-// - The formats: llama.cpp's block bytes (ops::quantize_block32, itself checked against
+// - The formats: llama.cpp's block bytes (ops::quant_detail::quantize_block, itself checked against
 //   llama.cpp's files), kv::load16 (the fused read, on this build's ISA) == dequantize_row,
 //   quantizing a round-tripped row stores the same values, head_dim not a multiple of 32 refused.
 // - Flash over a quantized source == flash over an f32 source holding the dequantized values
@@ -91,7 +91,7 @@ TYPED_TEST(KvFormat, BlocksAreLlamaCppBytes) {
     T unit;
     kv::quantize_row(x.data(), 32, &unit);
     std::byte expected[sizeof(T)];
-    ops::quant_detail::quantize_block32(llama_format<T>(), x.data(), expected);
+    ops::quant_detail::quantize_block(llama_format<T>(), x.data(), expected);
     EXPECT_EQ(0, std::memcmp(&unit, expected, sizeof(T))) << kv::kv_element_name<T>();
   }
 }

@@ -1,7 +1,7 @@
 // Quantized weight formats (ops/quant.hpp) and the fused kernels (ops/quant_linear.hpp).
 //
 //  - Bit layouts: one hand-built block per format, expected values computed here from the
-//    layout documented in quant.hpp (never by calling the dequantizer twice).
+//    layout documented in ops/formats/<name>.hpp (never by calling the dequantizer twice).
 //  - Quantize -> dequantize: every element within the RTN bound scale / 2 (q4_0's clamped
 //    positive extreme: within |d|), at odd K where the format allows it.
 //  - linear against a double GEMM over the dequantized W at M = 1, 3, 17, 37 (GEMV: M <= 16,

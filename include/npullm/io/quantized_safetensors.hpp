@@ -3,7 +3,7 @@
 //
 //   <name>          the codes: int8_sym: I8 (N, K); int4_sym: U8 (N, ceil(K / 2)), two codes
 //                   a byte, low nibble first; a GGUF block format (q8_0, q4_0, q4_k, ...): U8
-//                   (N, row bytes), the GGUF blocks. Bit layouts: ops/quant_format.hpp.
+//                   (N, row bytes), the GGUF blocks. Bit layouts: ops/formats/<name>.hpp.
 //   <name>.scales   *_sym only: F16 or F32 (N, K / group)
 //   __metadata__["npullm.quantized.<name>"] = "<format> <N> <K>" (GGUF formats) or
 //                   "<format> <N> <K> <group> <f16|f32>" (*_sym), e.g. "int4_sym 896 4864 128 f16"

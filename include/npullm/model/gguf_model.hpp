@@ -104,45 +104,33 @@
 
 namespace npullm::model {
 
-// The quantized format of a GGUF tensor type the pipeline runs.
+// The quantized format of a GGUF tensor type the pipeline runs (each format's
+// format_layout<F>::gguf_type).
 constexpr std::optional<ops::weight_format> gguf_weight_format(io::ggml_type t) noexcept {
-  switch (t) {
-    case io::ggml_type::q8_0: return ops::weight_format::q8_0;
-    case io::ggml_type::q4_0: return ops::weight_format::q4_0;
-    case io::ggml_type::q4_k: return ops::weight_format::q4_k;
-    case io::ggml_type::q6_k: return ops::weight_format::q6_k;
-    case io::ggml_type::q4_1: return ops::weight_format::q4_1;
-    case io::ggml_type::q5_0: return ops::weight_format::q5_0;
-    case io::ggml_type::q5_1: return ops::weight_format::q5_1;
-    case io::ggml_type::q5_k: return ops::weight_format::q5_k;
-    case io::ggml_type::q3_k: return ops::weight_format::q3_k;
-    case io::ggml_type::q2_k: return ops::weight_format::q2_k;
-    case io::ggml_type::iq4_nl: return ops::weight_format::iq4_nl;
-    case io::ggml_type::iq4_xs: return ops::weight_format::iq4_xs;
-    default: return std::nullopt;
-  }
+  return ops::weight_format_of_gguf_type(static_cast<int>(t));
 }
 
 // The GGUF type of a block format (the symmetric formats have none).
 constexpr std::optional<io::ggml_type> ggml_type_of(ops::weight_format f) noexcept {
-  switch (f) {
-    case ops::weight_format::q8_0: return io::ggml_type::q8_0;
-    case ops::weight_format::q4_0: return io::ggml_type::q4_0;
-    case ops::weight_format::q4_k: return io::ggml_type::q4_k;
-    case ops::weight_format::q6_k: return io::ggml_type::q6_k;
-    case ops::weight_format::q4_1: return io::ggml_type::q4_1;
-    case ops::weight_format::q5_0: return io::ggml_type::q5_0;
-    case ops::weight_format::q5_1: return io::ggml_type::q5_1;
-    case ops::weight_format::q5_k: return io::ggml_type::q5_k;
-    case ops::weight_format::q3_k: return io::ggml_type::q3_k;
-    case ops::weight_format::q2_k: return io::ggml_type::q2_k;
-    case ops::weight_format::iq4_nl: return io::ggml_type::iq4_nl;
-    case ops::weight_format::iq4_xs: return io::ggml_type::iq4_xs;
-    case ops::weight_format::int8_sym:
-    case ops::weight_format::int4_sym: return std::nullopt;
-  }
-  return std::nullopt;
+  const int t = ops::info_of(f).gguf_type;
+  if (t < 0) return std::nullopt;
+  return static_cast<io::ggml_type>(t);
 }
+
+// A format's GGUF type number and block agree with the GGUF reader's type table.
+consteval bool gguf_formats_agree() {
+  for (auto f : ops::all_weight_formats) {
+    if (const auto t = ggml_type_of(f)) {
+      const io::ggml_type_traits tr = io::ggml_traits(*t);
+      if (tr.block_size != ops::block_values(f) || tr.block_bytes != ops::block_bytes(f)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(gguf_formats_agree(),
+              "a weight format's GGUF type or block disagrees with io/gguf.hpp");
 
 // The row of a llama GGUF Q/K projection (head_dim D) that holds HF row r (see the top).
 constexpr std::size_t llama_permuted_row(std::size_t r, std::size_t head_dim) noexcept {

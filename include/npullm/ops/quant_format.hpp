@@ -1,73 +1,18 @@
 // Quantized weight formats: a runtime description of a quantized (N, K) matrix W (rows = output
-// channels, the Hugging Face / GGUF layout): the formats' bit layouts, sizes and piece layouts,
-// a checked view of a matrix's bytes (quantized_view) and an owning matrix (quantized_matrix).
-// Decoding is in ops/dequantize.hpp, the quantizers in ops/quantize.hpp (ops/quant.hpp includes
-// all three); the fused kernels that read these blocks are in ops/quant_linear.hpp.
+// channels, the Hugging Face / GGUF layout): the table of the formats (format_table, from each
+// format's traits), a checked view of a matrix's bytes (quantized_view) and an owning matrix
+// (quantized_matrix). Each format's bit layout, decoding, quantizer and tile layout are in its
+// own header, ops/formats/<name>.hpp (ops/formats/format_base.hpp says what one defines);
+// decoding is run through ops/dequantize.hpp, the quantizers through ops/quantize.hpp
+// (ops/quant.hpp includes all three); the fused kernels that read these blocks are in
+// ops/quant_linear.hpp.
 //
-// Bit layouts (all little-endian; "f16" is IEEE binary16; rows are stored one after another and
-// a row is a whole number of blocks, so row n starts at byte n * row_bytes):
-//
-//   q8_0   blocks of 32 values, 34 bytes:  [0..1] f16 d | [2..33] int8 q[32]
-//          value[i] = q[i] * d
-//   q4_0   blocks of 32 values, 18 bytes:  [0..1] f16 d | [2..17] uint8 b[16]
-//          value[i]      = ((b[i] & 0xF) - 8) * d     i = 0..15  (low nibbles: first half)
-//          value[i + 16] = ((b[i] >> 4) - 8) * d                 (high nibbles: second half)
-//   q4_k   super-blocks of 256 values (8 sub-blocks of 32), 144 bytes:
-//          [0..1] f16 d | [2..3] f16 dmin | [4..15] s[12]: 8 six-bit scales sc[j], 8 six-bit mins
-//          m[j] | [16..143] uint8 b[128]
-//          j < 4:  sc[j] = s[j] & 63,                          m[j] = s[j + 4] & 63
-//          j >= 4: sc[j] = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4,
-//                  m[j]  = (s[j + 4] >> 4)  | (s[j]     >> 6) << 4
-//          (the top two bits of s[0..7] carry the high bits of sub-blocks 4..7's scale / min)
-//          sub-blocks 2c and 2c + 1 (c = 0..3) share the 32 bytes b[32c .. 32c + 31]: low
-//          nibbles are sub-block 2c, high nibbles sub-block 2c + 1, element order within each.
-//          value[32j + i] = (d * sc[j]) * q - (dmin * m[j]),  q = the nibble (0..15)
-//   q6_k   super-blocks of 256 values (16 sub-blocks of 16), 210 bytes:
-//          [0..127] uint8 ql[128] | [128..191] uint8 qh[64] | [192..207] int8 sc[16] |
-//          [208..209] f16 d
-//          two halves h = 0, 1 of 128 values, each using ql[64h ..], qh[32h ..]; for l = 0..31:
-//            value 128h + l      low nibble of ql[64h + l],      bits 0-1 of qh[32h + l]
-//            value 128h + l + 32 low nibble of ql[64h + l + 32], bits 2-3 of qh[32h + l]
-//            value 128h + l + 64 high nibble of ql[64h + l],     bits 4-5 of qh[32h + l]
-//            value 128h + l + 96 high nibble of ql[64h + l + 32], bits 6-7 of qh[32h + l]
-//          (the nibble is the 6-bit q's low 4 bits, the two qh bits its high 2 bits)
-//          value[e] = (d * sc[e / 16]) * (q - 32),  q = 0..63
-//   q4_1   blocks of 32 values, 20 bytes:  [0..1] f16 d | [2..3] f16 m | [4..19] uint8 b[16]
-//          value[i] = (b[i] & 0xF) * d + m, value[i + 16] = (b[i] >> 4) * d + m
-//   q5_0   blocks of 32 values, 22 bytes:  [0..1] f16 d | [2..5] u32 qh | [6..21] uint8 b[16]
-//          q[i] = (b[i] & 0xF) | bit i of qh << 4, q[i + 16] = (b[i] >> 4) | bit i + 16 << 4,
-//          value = (q - 16) * d
-//   q5_1   blocks of 32 values, 24 bytes:  [0..1] f16 d | [2..3] f16 m | [4..7] u32 qh |
-//          [8..23] b[16]; q as q5_0's, value = q * d + m
-//   q5_k   super-blocks of 256 values, 176 bytes: [0..1] f16 d | [2..3] f16 dmin | [4..15]
-//          scales and mins packed as q4_k's | [16..47] uint8 qh[32] | [48..175] b[128] as q4_k's
-//          nibbles; value i of sub-block j: q = nibble | (bit j of qh[i]) << 4 (0..31),
-//          value = (d * sc[j]) * q - (dmin * m[j])
-//   q3_k   super-blocks of 256 values (16 sub-blocks of 16), 110 bytes: [0..31] uint8 hm[32] |
-//          [32..95] uint8 qs[64] | [96..107] s[12]: 16 six-bit scales | [108..109] f16 d
-//          value i of 32-value piece p = 4t + u (t = 0, 1; u = 0..3): q = (qs[32t + i] >> 2u) & 3,
-//          minus 4 where bit p of hm[i] is clear (q in -4..3); value = d * (sc[e / 16] - 32) * q
-//          with sc[i] = (i < 8 ? s[i] & 0xF : s[i - 8] >> 4) | ((s[8 + i % 4] >> 2 (i / 4)) & 3) <<
-//          4
-//   q2_k   super-blocks of 256 values (16 sub-blocks of 16), 84 bytes: [0..15] uint8 s[16]
-//          (low nibble: scale, high nibble: min of sub-block e / 16) | [16..79] uint8 qs[64] |
-//          [80..81] f16 d | [82..83] f16 dmin; q as q3_k's low two bits (0..3),
-//          value = (d * (s & 0xF)) * q - (dmin * (s >> 4))
-//   iq4_nl blocks of 32 values, 18 bytes as q4_0's, the nibble an index into a fixed table of 16
-//          int8 values (iq4_values): value[i] = d * iq4_values[nibble]
-//   iq4_xs super-blocks of 256 values, 136 bytes: [0..1] f16 d | [2..3] u16 sh | [4..7] sl[4] |
-//          [8..135] 8 pieces of 16 bytes as iq4_nl's; piece p's scale is d * (ls - 32) with
-//          ls = nibble p of sl (little-endian) | ((sh >> 2p) & 3) << 4
-//   int8_sym  npullm's NPU layout: data (N, K) int8 row-major; scales (N, K / G) row-major,
-//          f16 or f32; value[n][k] = q[n][k] * scale[n][k / G]. G = 32, 64, 128, or K (one
-//          group per output channel).
-//   int4_sym  as int8_sym with 4-bit two's-complement q in [-8, 7], two per byte: row n is
-//          ceil(K / 2) bytes, element 2i in the LOW nibble of byte i, element 2i + 1 in the
-//          high nibble (an odd K leaves the last high nibble 0). The order OpenVINO's i4 uses.
-//
-// The GGUF formats have no separate scales (scales is empty); their K must be a multiple of the
-// block (32 or 256). The symmetric formats take any K divisible by G (G = K for any K).
-// Dequantization gives ggml's floats bit for bit (the same products, never fused into an FMA).
+// All formats are little-endian; "f16" is IEEE binary16; rows are stored one after another and
+// a row is a whole number of blocks, so row n starts at byte n * row_bytes. The GGUF formats have
+// no separate scales (scales is empty); their K must be a multiple of the block (32 or 256). The
+// symmetric formats (int8_sym, int4_sym: npullm's NPU layout) take any K divisible by their
+// group G (G = K for any K). Dequantization gives ggml's floats bit for bit (the same products,
+// never fused into an FMA).
 #pragma once
 
 #include <cstddef>
@@ -83,51 +28,68 @@
 #include "npullm/core/error.hpp"
 #include "npullm/core/isa.hpp"
 #include "npullm/core/tensor_view.hpp"
+#include "npullm/ops/formats/format_base.hpp"
+// Every format's home (one line per entry of NPULLM_BUILTIN_WEIGHT_FORMATS).
+#include "npullm/ops/formats/int4_sym.hpp"
+#include "npullm/ops/formats/int8_sym.hpp"
+#include "npullm/ops/formats/iq4_nl.hpp"
+#include "npullm/ops/formats/iq4_xs.hpp"
+#include "npullm/ops/formats/q2_k.hpp"
+#include "npullm/ops/formats/q3_k.hpp"
+#include "npullm/ops/formats/q4_0.hpp"
+#include "npullm/ops/formats/q4_1.hpp"
+#include "npullm/ops/formats/q4_k.hpp"
+#include "npullm/ops/formats/q5_0.hpp"
+#include "npullm/ops/formats/q5_1.hpp"
+#include "npullm/ops/formats/q5_k.hpp"
+#include "npullm/ops/formats/q6_k.hpp"
+#include "npullm/ops/formats/q8_0.hpp"
+#if defined(NPULLM_EXTRA_WEIGHT_FORMAT_HEADER)
+#include NPULLM_EXTRA_WEIGHT_FORMAT_HEADER  // a program's own formats (formats/format_base.hpp)
+#endif
 
 namespace npullm::ops {
 
-enum class weight_format : std::uint8_t {
-  q8_0,
-  q4_0,
-  q4_k,
-  q6_k,
-  int8_sym,
-  int4_sym,
-  q4_1,
-  q5_0,
-  q5_1,
-  q5_k,
-  q3_k,
-  q2_k,
-  iq4_nl,
-  iq4_xs,
+// One format's constants (format_layout<F>, gathered for lookups by a run-time format).
+struct format_info {
+  std::string_view name;
+  int gguf_type = -1;            // GGUF's tensor type number; -1: not a GGUF format
+  std::size_t block_values = 1;  // values per block (GGUF formats; 1 for the symmetric ones)
+  std::size_t block_bytes = 0;   // bytes per block (GGUF formats; 0 for the symmetric ones)
+  std::size_t code_bits = 0;     // bits per code (symmetric formats; 0 for the GGUF ones)
+  piece_layout pieces;           // how its 32-value pieces decode
+  std::size_t tile_unit_pieces = 1, tile_row_bytes = 0, tile_head_bytes = 0;  // its tiles
 };
+
+template <weight_format F>
+constexpr format_info format_info_for() noexcept {
+  using L = format_layout<F>;
+  std::size_t bits = 0;
+  if constexpr (requires { L::code_bits; }) bits = L::code_bits;
+  return {L::name,   L::gguf_type,        L::block_values,   L::block_bytes,    bits,
+          L::pieces, L::tile_unit_pieces, L::tile_row_bytes, L::tile_head_bytes};
+}
+
+// Every format's constants, in the enum's order.
+inline constexpr format_info format_table[] = {
+#define NPULLM_WF_INFO_(f) format_info_for<weight_format::f>(),
+    NPULLM_WEIGHT_FORMATS(NPULLM_WF_INFO_)
+#undef NPULLM_WF_INFO_
+};
+
+constexpr const format_info& info_of(weight_format f) noexcept {
+  return format_table[static_cast<std::size_t>(f)];
+}
 
 // Every format, in the enum's order.
 inline constexpr weight_format all_weight_formats[] = {
-    weight_format::q8_0,     weight_format::q4_0,     weight_format::q4_k, weight_format::q6_k,
-    weight_format::int8_sym, weight_format::int4_sym, weight_format::q4_1, weight_format::q5_0,
-    weight_format::q5_1,     weight_format::q5_k,     weight_format::q3_k, weight_format::q2_k,
-    weight_format::iq4_nl,   weight_format::iq4_xs};
+#define NPULLM_WF_VALUE_(f) weight_format::f,
+    NPULLM_WEIGHT_FORMATS(NPULLM_WF_VALUE_)
+#undef NPULLM_WF_VALUE_
+};
 
 constexpr std::string_view to_string(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::q8_0: return "q8_0";
-    case weight_format::q4_0: return "q4_0";
-    case weight_format::q4_k: return "q4_k";
-    case weight_format::q6_k: return "q6_k";
-    case weight_format::int8_sym: return "int8_sym";
-    case weight_format::int4_sym: return "int4_sym";
-    case weight_format::q4_1: return "q4_1";
-    case weight_format::q5_0: return "q5_0";
-    case weight_format::q5_1: return "q5_1";
-    case weight_format::q5_k: return "q5_k";
-    case weight_format::q3_k: return "q3_k";
-    case weight_format::q2_k: return "q2_k";
-    case weight_format::iq4_nl: return "iq4_nl";
-    case weight_format::iq4_xs: return "iq4_xs";
-  }
-  return "unknown";
+  return static_cast<std::size_t>(f) < weight_format_count ? info_of(f).name : "unknown";
 }
 
 // The format named by to_string (nothing for another name).
@@ -138,89 +100,43 @@ constexpr std::optional<weight_format> weight_format_from_string(std::string_vie
   return std::nullopt;
 }
 
-// How decode_piece gives a format's 32-value pieces: whether the two halves (values 0..15,
-// 16..31) have scales of their own, whether values carry an offset (a min), and whether the
-// halves have offsets of their own, and the largest |code| (which i16 sums of code products
-// the AVX2 kernels may take). The kernels read a format's factors through this table, so a
-// format added to decode_piece runs in every generic path.
-struct piece_layout {
-  bool half_scales = false;
-  bool offset = false;
-  bool half_offsets = false;
-  int max_code = 127;
-};
+// The format of a GGUF tensor type number (nothing for a type npullm does not read quantized).
+constexpr std::optional<weight_format> weight_format_of_gguf_type(int type) noexcept {
+  for (auto f : all_weight_formats) {
+    if (type >= 0 && info_of(f).gguf_type == type) return f;
+  }
+  return std::nullopt;
+}
 
 constexpr piece_layout piece_layout_of(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::q8_0:
-    case weight_format::int8_sym: return {false, false, false, 127};
-    case weight_format::q4_0:
-    case weight_format::int4_sym: return {false, false, false, 8};
-    case weight_format::q4_k:
-    case weight_format::q4_1: return {false, true, false, 15};
-    case weight_format::q5_k:
-    case weight_format::q5_1: return {false, true, false, 31};
-    case weight_format::q5_0: return {false, false, false, 16};
-    case weight_format::q6_k: return {true, false, false, 32};
-    case weight_format::q3_k: return {true, false, false, 4};
-    case weight_format::q2_k: return {true, true, true, 3};
-    case weight_format::iq4_nl:
-    case weight_format::iq4_xs: return {false, false, false, 127};
-  }
-  return {};
+  return info_of(f).pieces;
+}
+
+// Whether a format has kernels of its own (its tile layout, and its unpacking branches in the
+// fused kernels, ops/quant_linear/): one without runs through the decode-based generic GEMV and
+// GEMM (every piece through decode_piece: correct, not fast) and has no repack().
+constexpr bool has_kernels(weight_format f) noexcept {
+  return info_of(f).tile_row_bytes != 0;
 }
 
 // The GGUF block formats (self-contained blocks, no separate scales tensor).
 constexpr bool is_block_format(weight_format f) noexcept {
-  return f != weight_format::int8_sym && f != weight_format::int4_sym;
+  return info_of(f).block_bytes != 0;
 }
 
 // Values per block (GGUF formats; 1 for the symmetric ones, whose group is separate).
 constexpr std::size_t block_values(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::q8_0:
-    case weight_format::q4_0:
-    case weight_format::q4_1:
-    case weight_format::q5_0:
-    case weight_format::q5_1:
-    case weight_format::iq4_nl: return 32;
-    case weight_format::q4_k:
-    case weight_format::q6_k:
-    case weight_format::q5_k:
-    case weight_format::q3_k:
-    case weight_format::q2_k:
-    case weight_format::iq4_xs: return 256;
-    case weight_format::int8_sym:
-    case weight_format::int4_sym: return 1;
-  }
-  return 1;
+  return info_of(f).block_values;
 }
 
-// Bytes per block (GGUF formats).
+// Bytes per block (GGUF formats; 0 for the symmetric ones).
 constexpr std::size_t block_bytes(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::q8_0: return 34;
-    case weight_format::q4_0: return 18;
-    case weight_format::q4_k: return 144;
-    case weight_format::q6_k: return 210;
-    case weight_format::q4_1: return 20;
-    case weight_format::q5_0: return 22;
-    case weight_format::q5_1: return 24;
-    case weight_format::q5_k: return 176;
-    case weight_format::q3_k: return 110;
-    case weight_format::q2_k: return 84;
-    case weight_format::iq4_nl: return 18;
-    case weight_format::iq4_xs: return 136;
-    case weight_format::int8_sym:
-    case weight_format::int4_sym: return 0;
-  }
-  return 0;
+  return info_of(f).block_bytes;
 }
 
 // Bytes of one row of `cols` values in data (scales excluded).
 constexpr std::size_t row_bytes(weight_format f, std::size_t cols) noexcept {
-  if (f == weight_format::int8_sym) return cols;
-  if (f == weight_format::int4_sym) return (cols + 1) / 2;
+  if (!is_block_format(f)) return (cols * info_of(f).code_bits + 7) / 8;
   return cols / block_values(f) * block_bytes(f);
 }
 

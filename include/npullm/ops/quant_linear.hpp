@@ -84,6 +84,7 @@ struct repack_access;  // repack() and the tiles of a repacked_quantized
 constexpr std::pair<bool, bool> activation_form(weight_format f, bool gemm_path) noexcept {
 #if defined(__AVX2__)
   if (gemm_path) return {false, !gemm_sign_trick(f)};
+  if (!has_kernels(f)) return {false, false};  // the decode-based GEMV
   return {f == weight_format::int4_sym, false};
 #else
   (void)f;
@@ -100,7 +101,9 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
   thread_local quantized_activations act;
   const auto [split, biased] = activation_form(F, gemm_path);
 #if defined(__AVX2__)
-  const int gemv_offset = gemm_path ? -1 : dot_corr(F) ? static_cast<int>(gemv_int_offset(F)) : 0;
+  const int gemv_offset = gemm_path || !has_kernels(F) ? -1
+                          : dot_corr(F)                ? static_cast<int>(gemv_int_offset(F))
+                                                       : 0;
 #else
   const int gemv_offset = -1;
 #endif
@@ -126,7 +129,7 @@ void run_quant_linear(const quantized_view& w, const float* x, std::size_t ldx, 
 
 }  // namespace detail
 
-// Whether repack() has a tiled layout for this format (every weight_format has one).
+// Whether repack() has a tiled layout for this format (has_kernels: every format npullm ships).
 constexpr bool has_repacked_layout(weight_format f) noexcept {
   return detail::has_tiles(f);
 }
@@ -194,7 +197,7 @@ struct repack_access {
     check_kernel_shape(w, "repack");
     if (!has_tiles(w.format)) {
       raise(error_code::unsupported, "repack: no tiled layout for ", to_string(w.format),
-            " (every weight_format of this build has one)");
+            " (a format without kernels of its own: linear reads its view)");
     }
     repacked_quantized out;
     out.source_ = w;
@@ -326,38 +329,10 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
   NPULLM_QK_PACKED_(F, serial) NPULLM_QK_PACKED_(F, pool_policy)
 #define NPULLM_QK_TILED_(F) NPULLM_QK_TILES_(F, serial) NPULLM_QK_TILES_(F, pool_policy) \
   NPULLM_QK_SPAN_(F)
-NPULLM_QK_FORMAT_(q8_0)
-NPULLM_QK_FORMAT_(q4_0)
-NPULLM_QK_FORMAT_(q4_k)
-NPULLM_QK_FORMAT_(q6_k)
-NPULLM_QK_FORMAT_(int8_sym)
-NPULLM_QK_FORMAT_(int4_sym)
-NPULLM_QK_FORMAT_(q4_1)
-NPULLM_QK_FORMAT_(q5_0)
-NPULLM_QK_FORMAT_(q5_1)
-NPULLM_QK_FORMAT_(q5_k)
-NPULLM_QK_FORMAT_(q3_k)
-NPULLM_QK_FORMAT_(q2_k)
-NPULLM_QK_FORMAT_(iq4_nl)
-NPULLM_QK_FORMAT_(iq4_xs)
-// The formats with tiles (has_tiles).
-NPULLM_QK_TILED_(q8_0)
-NPULLM_QK_TILED_(q4_0)
-NPULLM_QK_TILED_(q4_k)
-NPULLM_QK_TILED_(q6_k)
-NPULLM_QK_TILED_(q4_1)
-NPULLM_QK_TILED_(q5_0)
-NPULLM_QK_TILED_(q5_1)
-NPULLM_QK_TILED_(iq4_nl)
-NPULLM_QK_TILED_(iq4_xs)
-NPULLM_QK_TILED_(q5_k)
-NPULLM_QK_TILED_(q3_k)
-NPULLM_QK_TILED_(q2_k)
-NPULLM_QK_TILED_(int8_sym)
-NPULLM_QK_TILED_(int4_sym)
+NPULLM_BUILTIN_WEIGHT_FORMATS(NPULLM_QK_FORMAT_)
+// (every format has tiles: has_tiles)
+NPULLM_BUILTIN_WEIGHT_FORMATS(NPULLM_QK_TILED_)
 // clang-format on
-static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
-              "a new weight_format: add it to the extern instantiations above");
 #undef NPULLM_QK_TILED_
 #undef NPULLM_QK_FORMAT_
 #undef NPULLM_QK_SPAN_
@@ -369,31 +344,13 @@ static_assert(sizeof(all_weight_formats) / sizeof(all_weight_formats[0]) == 14,
 
 // tile_span of a repacked matrix's format (nullptr: a format without tiles in this build).
 constexpr tile_span_fn tile_span_for(weight_format f) noexcept {
-  using F = weight_format;
-  auto of = []<F g>() -> tile_span_fn {
+  return visit_format(f, []<weight_format g>(format_constant<g>) -> tile_span_fn {
     if constexpr (has_tiles(g)) {
       return &tile_span<g>;
     } else {
       return nullptr;
     }
-  };
-  switch (f) {
-    case F::q8_0: return of.template operator()<F::q8_0>();
-    case F::q4_0: return of.template operator()<F::q4_0>();
-    case F::q4_k: return of.template operator()<F::q4_k>();
-    case F::q6_k: return of.template operator()<F::q6_k>();
-    case F::q4_1: return of.template operator()<F::q4_1>();
-    case F::q5_0: return of.template operator()<F::q5_0>();
-    case F::q5_1: return of.template operator()<F::q5_1>();
-    case F::q5_k: return of.template operator()<F::q5_k>();
-    case F::iq4_nl: return of.template operator()<F::iq4_nl>();
-    case F::iq4_xs: return of.template operator()<F::iq4_xs>();
-    case F::q3_k: return of.template operator()<F::q3_k>();
-    case F::q2_k: return of.template operator()<F::q2_k>();
-    case F::int8_sym: return of.template operator()<F::int8_sym>();
-    case F::int4_sym: return of.template operator()<F::int4_sym>();
-  }
-  return nullptr;
+  });
 }
 
 // linear over w (its view, its packed panels when `packed` is given and M > 16, its tiles when
@@ -425,9 +382,8 @@ void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quan
     }
     return;
   }
-  using F = weight_format;
   (void)packed;  // (read only where there are panels: AVX2 and up)
-  auto run = [&]<F f>() {
+  visit_format(w.format, [&]<weight_format f>(format_constant<f>) {
     if constexpr (has_tiles(f)) {
       if (repacked != nullptr) return run_tiles<f>(*repacked, xp, ldx, m, b, yp, ldy, policy);
     }
@@ -437,23 +393,7 @@ void quant_linear(const tensor_view<const float, dextents<2>, XL>& x, const quan
     }
 #endif
     run_quant_linear<f>(w, xp, ldx, m, b, yp, ldy, policy);
-  };
-  switch (w.format) {
-    case F::q8_0: return run.template operator()<F::q8_0>();
-    case F::q4_0: return run.template operator()<F::q4_0>();
-    case F::q4_k: return run.template operator()<F::q4_k>();
-    case F::q6_k: return run.template operator()<F::q6_k>();
-    case F::int8_sym: return run.template operator()<F::int8_sym>();
-    case F::int4_sym: return run.template operator()<F::int4_sym>();
-    case F::q4_1: return run.template operator()<F::q4_1>();
-    case F::q5_0: return run.template operator()<F::q5_0>();
-    case F::q5_1: return run.template operator()<F::q5_1>();
-    case F::q5_k: return run.template operator()<F::q5_k>();
-    case F::q3_k: return run.template operator()<F::q3_k>();
-    case F::q2_k: return run.template operator()<F::q2_k>();
-    case F::iq4_nl: return run.template operator()<F::iq4_nl>();
-    case F::iq4_xs: return run.template operator()<F::iq4_xs>();
-  }
+  });
 }
 
 }  // namespace detail

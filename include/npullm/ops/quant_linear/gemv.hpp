@@ -13,6 +13,11 @@ using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, 
 template <weight_format F>
 void gemv(const quantized_view& w, const quantized_activations& a, std::size_t n0, std::size_t n1,
           const float* bias, float* y, std::size_t ldy) {
+  if constexpr (!has_kernels(F)) {  // one row of x at a time, decoded
+    for (std::size_t m = 0; m < a.m; ++m)
+      gemv_decoded_rows<F, 1>(w, a, m, n0, n1, bias, y + m * ldy, ldy);
+    return;
+  }
   thread_local gemv_scratch scales;
   std::size_t m = 0;
   for (; m + 4 <= a.m; m += 4) gemv_rows<F, 4>(w, a, m, n0, n1, bias, y + m * ldy, ldy, scales);

@@ -179,6 +179,9 @@ template <weight_format F, class Fn>
            __m256i{}, parity<1>{});
       }
     }
+  } else {
+    static_assert(!has_kernels(F),
+                  "for_each_piece: no branch for this format (ops/formats/format_base.hpp)");
   }
 }
 

@@ -10,14 +10,13 @@ namespace detail {
 
 using namespace ::npullm::ops::quant_detail;  // decode_piece, piece, load_f16, q4_k_scale_min
 
-#if !defined(__AVX2__)
-// ---- portable GEMV: pieces decoded one by one, integer dot products ------------------------
-struct gemv_scratch {};
-
+// ---- the decode-based GEMV: pieces decoded one by one, integer dot products ------------------
+// The portable build's GEMV, and every build's for a format without kernels of its own
+// (has_kernels): x quantized in plain form (no pair split, no bias, no offset terms).
 template <weight_format F, std::size_t MR>
-void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
-               std::size_t n0, std::size_t n1, const float* bias, float* y, std::size_t ldy,
-               gemv_scratch&) {
+void gemv_decoded_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
+                       std::size_t n0, std::size_t n1, const float* bias, float* y,
+                       std::size_t ldy) {
   const std::size_t k = a.k, blocks = a.blocks;
   piece p;
   for (std::size_t n = n0; n < n1; ++n) {
@@ -39,6 +38,16 @@ void gemv_rows(const quantized_view& w, const quantized_activations& a, std::siz
     }
     for (std::size_t m = 0; m < MR; ++m) y[m * ldy + n] = acc[m] + (bias ? bias[n] : 0.0f);
   }
+}
+
+#if !defined(__AVX2__)
+struct gemv_scratch {};
+
+template <weight_format F, std::size_t MR>
+void gemv_rows(const quantized_view& w, const quantized_activations& a, std::size_t m0,
+               std::size_t n0, std::size_t n1, const float* bias, float* y, std::size_t ldy,
+               gemv_scratch&) {
+  gemv_decoded_rows<F, MR>(w, a, m0, n0, n1, bias, y, ldy);
 }
 #endif  // !__AVX2__
 

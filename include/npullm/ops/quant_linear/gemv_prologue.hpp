@@ -116,8 +116,8 @@ constexpr float gemv_int_offset(weight_format f) noexcept {
     case weight_format::q4_1:
     case weight_format::q5_1:
     case weight_format::q2_k: return 0.0f;  // codes from 0: the min is a separate offset
+    default: return 0.0f;                   // (no kernels of its own: the decode-based GEMV)
   }
-  return 0.0f;
 }
 
 // Whether the offset term rides in the dot product (corr as vpdpbusd's accumulator input: no

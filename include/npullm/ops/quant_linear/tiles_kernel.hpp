@@ -417,6 +417,9 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
           }
         }
       }
+    } else {
+      static_assert(!has_kernels(F),
+                    "tile_rows: no branch for this format (ops/formats/format_base.hpp)");
     }
   }
   NPULLM_UNROLL for (std::size_t m = 0; m < MR; ++m) {

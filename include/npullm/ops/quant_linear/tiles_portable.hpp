@@ -287,6 +287,10 @@ void tile_rows(const std::byte* tile, std::size_t units, const quantized_activat
             }
           }
         }
+      } else {
+        static_assert(
+            !has_kernels(F),
+            "tile_rows (portable): no branch for this format (ops/formats/format_base.hpp)");
       }
     }
     for (std::size_t r = 0; r < rows; ++r) y[m * ldy + r] = acc[r] + (bias ? bias[r] : 0.0f);
