@@ -58,6 +58,7 @@ struct format_info {
   std::size_t block_bytes = 0;   // bytes per block (GGUF formats; 0 for the symmetric ones)
   std::size_t code_bits = 0;     // bits per code (symmetric formats; 0 for the GGUF ones)
   piece_layout pieces;           // how its 32-value pieces decode
+  int code_offset = 0;           // u = q + code_offset: the fused kernels' unsigned codes
   std::size_t tile_unit_pieces = 1, tile_row_bytes = 0, tile_head_bytes = 0;  // its tiles
 };
 
@@ -66,8 +67,8 @@ constexpr format_info format_info_for() noexcept {
   using L = format_layout<F>;
   std::size_t bits = 0;
   if constexpr (requires { L::code_bits; }) bits = L::code_bits;
-  return {L::name,   L::gguf_type,        L::block_values,   L::block_bytes,    bits,
-          L::pieces, L::tile_unit_pieces, L::tile_row_bytes, L::tile_head_bytes};
+  return {L::name,   L::gguf_type,   L::block_values,     L::block_bytes,    bits,
+          L::pieces, L::code_offset, L::tile_unit_pieces, L::tile_row_bytes, L::tile_head_bytes};
 }
 
 // Every format's constants, in the enum's order.

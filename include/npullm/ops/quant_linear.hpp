@@ -292,7 +292,7 @@ void run_tiles(const repacked_quantized& w, const float* x, std::size_t ldx, std
 
 // The per-format kernels instantiated once for a whole program (a build-time saving, not a
 // run-time one: every translation unit that calls linear over a quantized view otherwise compiles
-// all 14 formats' GEMV, GEMM and tile kernels). One translation unit defines
+// every built-in format's GEMV, GEMM and tile kernels). One translation unit defines
 // NPULLM_QUANT_KERNELS_INSTANTIATE before including this header; the others define
 // NPULLM_QUANT_KERNELS_EXTERN and use its instantiations (serial and pool_policy). All of them
 // must be compiled with the same flags (the same -march: the same NPULLM_ISA_NAMESPACE). npullm's

@@ -18,6 +18,7 @@ struct format_layout<weight_format::q7_1> {
   static constexpr int gguf_type = -1;
   static constexpr std::size_t block_values = 32, block_bytes = 36;
   static constexpr piece_layout pieces{false, true, false, 127};
+  static constexpr int code_offset = 0;
   static constexpr std::size_t tile_unit_pieces = 1, tile_row_bytes = 0, tile_head_bytes = 0;
 };
 

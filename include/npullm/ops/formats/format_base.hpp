@@ -100,6 +100,8 @@ struct piece_layout {
 //   block_values      values per block (GGUF formats; 1 for the symmetric ones, whose scales
 //   block_bytes         are a separate tensor: block_bytes 0)
 //   pieces            piece_layout (above)
+//   code_offset       o of u = q + o, the unsigned code the fused kernels multiply (0 for the
+//                     formats with a min: their codes start at 0; 128 for 8-bit codes)
 //   tile_unit_pieces  32-value pieces per unit of the kernels' tiles (quant_linear/tiles.hpp)
 //   tile_row_bytes    bytes of a tile unit per row of W (0: no tiled layout)
 //   tile_head_bytes   of those, the bytes ahead of the codes (factors, per row)

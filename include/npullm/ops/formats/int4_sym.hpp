@@ -20,6 +20,7 @@ struct format_layout<weight_format::int4_sym> {
   static constexpr int gguf_type = -1;
   static constexpr std::size_t block_values = 1, block_bytes = 0, code_bits = 4;
   static constexpr piece_layout pieces{false, false, false, 8};
+  static constexpr int code_offset = 8;
   static constexpr std::size_t tile_unit_pieces = 1, tile_row_bytes = 16, tile_head_bytes = 0;
 };
 

@@ -21,6 +21,7 @@ struct format_layout<weight_format::iq4_xs> {
   static constexpr int gguf_type = 23;
   static constexpr std::size_t block_values = 256, block_bytes = 136;
   static constexpr piece_layout pieces{false, false, false, 127};
+  static constexpr int code_offset = 128;
   static constexpr std::size_t tile_unit_pieces = 8, tile_row_bytes = 138, tile_head_bytes = 10;
 };
 

@@ -20,6 +20,7 @@ struct format_layout<weight_format::q2_k> {
   static constexpr int gguf_type = 10;
   static constexpr std::size_t block_values = 256, block_bytes = 84;
   static constexpr piece_layout pieces{true, true, true, 3};
+  static constexpr int code_offset = 0;
   static constexpr std::size_t tile_unit_pieces = 8, tile_row_bytes = 84, tile_head_bytes = 20;
 };
 

@@ -24,6 +24,7 @@ struct format_layout<weight_format::q3_k> {
   static constexpr int gguf_type = 11;
   static constexpr std::size_t block_values = 256, block_bytes = 110;
   static constexpr piece_layout pieces{true, false, false, 4};
+  static constexpr int code_offset = 4;
   static constexpr std::size_t tile_unit_pieces = 8, tile_row_bytes = 114, tile_head_bytes = 18;
 };
 

@@ -24,6 +24,7 @@ struct format_layout<weight_format::q4_0> {
   static constexpr int gguf_type = 2;
   static constexpr std::size_t block_values = 32, block_bytes = 18;
   static constexpr piece_layout pieces{false, false, false, 8};
+  static constexpr int code_offset = 8;
   static constexpr std::size_t tile_unit_pieces = 1, tile_row_bytes = 18, tile_head_bytes = 2;
 };
 

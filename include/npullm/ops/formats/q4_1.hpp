@@ -20,6 +20,7 @@ struct format_layout<weight_format::q4_1> {
   static constexpr int gguf_type = 3;
   static constexpr std::size_t block_values = 32, block_bytes = 20;
   static constexpr piece_layout pieces{false, true, false, 15};
+  static constexpr int code_offset = 0;
   static constexpr std::size_t tile_unit_pieces = 1, tile_row_bytes = 20, tile_head_bytes = 4;
 };
 

@@ -29,6 +29,7 @@ struct format_layout<weight_format::q4_k> {
   static constexpr int gguf_type = 12;
   static constexpr std::size_t block_values = 256, block_bytes = 144;
   static constexpr piece_layout pieces{false, true, false, 15};
+  static constexpr int code_offset = 0;
   static constexpr std::size_t tile_unit_pieces = 8, tile_row_bytes = 148, tile_head_bytes = 20;
 };
 

@@ -19,6 +19,7 @@ struct format_layout<weight_format::q5_0> {
   static constexpr int gguf_type = 6;
   static constexpr std::size_t block_values = 32, block_bytes = 22;
   static constexpr piece_layout pieces{false, false, false, 16};
+  static constexpr int code_offset = 16;
   static constexpr std::size_t tile_unit_pieces = 1, tile_row_bytes = 22, tile_head_bytes = 2;
 };
 

@@ -17,6 +17,7 @@ struct format_layout<weight_format::q5_1> {
   static constexpr int gguf_type = 7;
   static constexpr std::size_t block_values = 32, block_bytes = 24;
   static constexpr piece_layout pieces{false, true, false, 31};
+  static constexpr int code_offset = 0;
   static constexpr std::size_t tile_unit_pieces = 1, tile_row_bytes = 24, tile_head_bytes = 4;
 };
 

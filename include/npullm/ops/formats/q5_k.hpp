@@ -18,6 +18,7 @@ struct format_layout<weight_format::q5_k> {
   static constexpr int gguf_type = 13;
   static constexpr std::size_t block_values = 256, block_bytes = 176;
   static constexpr piece_layout pieces{false, true, false, 31};
+  static constexpr int code_offset = 0;
   static constexpr std::size_t tile_unit_pieces = 8, tile_row_bytes = 180, tile_head_bytes = 20;
 };
 

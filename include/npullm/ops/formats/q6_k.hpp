@@ -28,6 +28,7 @@ struct format_layout<weight_format::q6_k> {
   static constexpr int gguf_type = 14;
   static constexpr std::size_t block_values = 256, block_bytes = 210;
   static constexpr piece_layout pieces{true, false, false, 32};
+  static constexpr int code_offset = 32;
   static constexpr std::size_t tile_unit_pieces = 8, tile_row_bytes = 210, tile_head_bytes = 18;
 };
 

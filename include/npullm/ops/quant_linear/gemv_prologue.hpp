@@ -19,8 +19,7 @@ constexpr bool sign_trick(weight_format f) noexcept {
   (void)f;
   return false;
 #else
-  return f == weight_format::q8_0 || f == weight_format::int8_sym || f == weight_format::iq4_nl ||
-         f == weight_format::iq4_xs;
+  return info_of(f).code_offset == 128;  // 8-bit codes: q8_0, int8_sym, iq4_nl, iq4_xs
 #endif
 }
 
@@ -99,25 +98,11 @@ template <bool SignTrick, bool Corr>
 template <std::size_t P>
 using parity = std::integral_constant<std::size_t, P>;
 
-// The integer offset o (value = s · (u − o)) of a format's codes as the GEMV multiplies them.
+// The integer offset o (value = s · (u − o)) of a format's codes as the GEMV multiplies them:
+// the format's code_offset, except 8-bit codes read by the sign trick (as int8: 0).
 constexpr float gemv_int_offset(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::q4_0:
-    case weight_format::int4_sym: return 8.0f;
-    case weight_format::q6_k: return 32.0f;
-    case weight_format::q5_0: return 16.0f;
-    case weight_format::q3_k: return 4.0f;
-    case weight_format::q8_0:
-    case weight_format::int8_sym:
-    case weight_format::iq4_nl:
-    case weight_format::iq4_xs: return sign_trick(f) ? 0.0f : 128.0f;
-    case weight_format::q4_k:
-    case weight_format::q5_k:
-    case weight_format::q4_1:
-    case weight_format::q5_1:
-    case weight_format::q2_k: return 0.0f;  // codes from 0: the min is a separate offset
-    default: return 0.0f;                   // (no kernels of its own: the decode-based GEMV)
-  }
+  const int o = info_of(f).code_offset;
+  return o == 128 && sign_trick(f) ? 0.0f : static_cast<float>(o);
 }
 
 // Whether the offset term rides in the dot product (corr as vpdpbusd's accumulator input: no
@@ -220,21 +205,20 @@ inline __m256 iq4_xs_scales8(const std::byte* b) noexcept {
   return _mm256_mul_ps(_mm256_sub_ps(ls, _mm256_set1_ps(32.0f)), _mm256_set1_ps(load_f16(b)));
 }
 
-// The 32-value formats with one f16 scale at the start of each block: the block's bytes.
+// The 32-value formats with one f16 scale at the start of each block (q4_0, q5_0, q8_0,
+// iq4_nl): the block's bytes (0 for the others).
 constexpr int head_scale_block(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::q4_0:
-    case weight_format::iq4_nl: return 18;
-    case weight_format::q8_0: return 34;
-    case weight_format::q5_0: return 22;
-    default: return 0;
-  }
+  const format_info& i = info_of(f);
+  return i.block_values == 32 && !i.pieces.offset && has_kernels(f)
+             ? static_cast<int>(i.block_bytes)
+             : 0;
 }
 
 // The row's scales for pieces j .. j + 7 (j a multiple of 8; lanes past the row's pieces: 0),
 // built in registers: a vector load over several recent scalar stores cannot be forwarded and
 // stalls until they retire (measured: ~25% of the GEMV's time when the f16 scales went through
 // a buffer). One scale per piece: q4_0, q5_0, q8_0, iq4_nl, iq4_xs, int4_sym, int8_sym.
+
 template <weight_format F>
 [[gnu::always_inline]] inline __m256 gemv_scales8(const quantized_view& w, const sym_scales& g,
                                                   const std::byte* row, std::size_t n,

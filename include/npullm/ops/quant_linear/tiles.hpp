@@ -127,8 +127,8 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
       for (std::size_t j = 0; j < pieces; ++j) {
         decode_piece(w, n0 + r, j, pc);
         const std::size_t unit = j / upieces;
-        if constexpr (layout::block_bytes ==
-                      0) {  // the scale as stored (f16 bits or f32), once a group
+        // int8_sym, int4_sym: the scale as stored (f16 bits or f32), once a group
+        if constexpr (layout::block_bytes == 0) {
           if (j % ts.group_pieces == 0) {
             const std::size_t g = j / ts.group_pieces, es = ts.f16 ? 2 : 4;
             std::memcpy(scales + (g * R + r) * es,
@@ -138,9 +138,10 @@ inline void pack_tile(const quantized_view& w, std::size_t n0, std::size_t rows,
         const std::uint8_t* block = layout::block_bytes != 0
                                         ? row + j * 32 / layout::block_values * layout::block_bytes
                                         : nullptr;
-        if constexpr (layout::tile_row_bytes != 0)
+        if constexpr (layout::tile_row_bytes != 0) {  // (repack refuses a format without)
           format_codec<F>::pack(
               tile_writer{units + unit * ub, R, r, j % upieces, block, pc, tile_q8_biased()});
+        }
       }
     }
   });
