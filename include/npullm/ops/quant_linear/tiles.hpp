@@ -95,7 +95,7 @@ constexpr std::size_t tile_unit_bytes(weight_format f) noexcept {
 }
 
 constexpr bool has_tiles(weight_format f) noexcept {
-  return tile_unit_bytes(f) != 0;
+  return has_kernels(f);  // (a tile layout is what has_kernels reads)
 }
 
 // Where a unit's codes (nibbles; q5_0, q5_1: then their high bits) start, in bytes from the unit.
