@@ -39,9 +39,8 @@ const fs::path& other_dir(std::size_t layers, std::size_t vocab, std::uint64_t s
   static std::map<std::string, fs::path> dirs;
   auto& d = dirs[std::to_string(layers) + "/" + std::to_string(vocab) + "/" + std::to_string(seed)];
   if (d.empty()) {
-    d = fs::temp_directory_path() /
-        ("npullm_spec_" + std::to_string(layers) + "l_" + std::to_string(vocab) + "v_" +
-         std::to_string(seed) + "_" + std::to_string(::getpid()));
+    d = scratch_root() / ("spec_" + std::to_string(layers) + "l_" + std::to_string(vocab) + "v_" +
+                          std::to_string(seed));
     auto spec = model::preset("tiny", npullm::dtype::f32, seed);
     spec.config.num_hidden_layers = layers;
     spec.config.vocab_size = vocab;

@@ -26,8 +26,7 @@ namespace fs = std::filesystem;
 
 const fs::path& one_layer_dir() {
   static const fs::path d = [] {
-    const fs::path p =
-        fs::temp_directory_path() / ("npullm_spec_batch_1layer_" + std::to_string(::getpid()));
+    const fs::path p = scratch_root() / "spec_batch_1layer";
     auto spec = model::preset("tiny", npullm::dtype::f32, 98);
     spec.config.num_hidden_layers = 1;
     model::write_model(p, spec);
@@ -314,8 +313,7 @@ TEST(SpeculativeGenerator, BadOptionsAndDraftsAreRefused) {
                error_code::invalid_argument,
                "max_batch 16 x (draft_tokens 4 + 1) = 80 rows exceed the pipeline's step of 64");
   // A draft model of another vocabulary: the request is refused, the queue stays as it was.
-  const fs::path d =
-      fs::temp_directory_path() / ("npullm_spec_batch_v300_" + std::to_string(::getpid()));
+  const fs::path d = scratch_root() / "spec_batch_v300";
   auto spec = model::preset("tiny", npullm::dtype::f32, 4);
   spec.config.num_hidden_layers = 1;
   spec.config.vocab_size = 300;

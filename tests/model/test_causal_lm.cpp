@@ -28,7 +28,7 @@ const fs::path& tiny_dir(const std::string& preset_name = "tiny") {
   static std::map<std::string, fs::path> dirs;
   auto& d = dirs[preset_name];
   if (d.empty()) {
-    d = fs::temp_directory_path() / ("npullm_lm_" + preset_name + "_" + std::to_string(::getpid()));
+    d = npullm::testing::scratch_root() / ("lm_" + preset_name);
     write_model(d, preset(preset_name, npullm::dtype::f32, 3));
   }
   return d;

@@ -65,8 +65,7 @@ std::vector<std::int32_t> shared_tokens() {
 }
 
 fs::path scratch(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("npullm_archs_" + std::to_string(::getpid())) / name;
+  const fs::path d = npullm::testing::scratch_root() / "archs" / name;
   fs::create_directories(d.parent_path());
   return d;
 }

@@ -30,6 +30,7 @@
 #include "npullm/model/quantized_io.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/ops/quant.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -45,7 +46,7 @@ using lm_type = model::causal_lm<
     model::pipeline_config<model::contiguous_kv<float>, model::dynamic_attention<>, float>>;
 
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("npullm_q_" + std::to_string(::getpid())) / name;
+  const fs::path d = npullm::testing::scratch_root() / "quantized" / name;
   fs::create_directories(d.parent_path());
   return d;
 }
