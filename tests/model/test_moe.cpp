@@ -457,18 +457,14 @@ struct moe_file {
 constexpr std::size_t H = 64, heads = 4, kv_heads = 2, head_dim = 16, ff = 32, shared_ff = 64,
                       vocab = 96, layers = 2;
 
-// The files written here, removed when the test program ends.
+// The files written here (under the test process's scratch_root, removed when it ends).
 const fs::path& scratch_dir() {
-  struct dir {
-    fs::path path = fs::temp_directory_path() / ("npullm_moe_" + std::to_string(::getpid()));
-    dir() { fs::create_directories(path); }
-    ~dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const dir d;
-  return d.path;
+  static const fs::path d = [] {
+    const fs::path p = npullm::testing::scratch_root() / "moe";
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
 }
 
 fs::path write_moe(const moe_file& f, const std::string& name) {
