@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -16,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <thread>
 
 #include "npullm/batch/generate.hpp"
 #include "npullm/batch/grammar_processor.hpp"
@@ -23,6 +26,7 @@
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/synthetic.hpp"
 #include "npullm/ops/quant.hpp"
+#include "npullm/serve/engine.hpp"
 
 namespace {
 
@@ -270,7 +274,176 @@ TEST(Generator, BadRequestsAreRejected) {
   EXPECT_TRUE(g.done());
   // Only npullm::error escapes, here out_of_range for a request that was never submitted.
   npullm::testing::expect_error([&] { (void)g.result(5); }, error_code::out_of_range,
-                                "result of request 5; 0 were submitted");
+                                "result of request 5, which was never submitted (0 were submitted)");
+}
+
+// cancel(id): a waiting request leaves the queue, a running one the batch with its blocks; the
+// others go on as if it had never run beside them; release(id) forgets a finished one.
+TEST(Generator, CancelFreesTheBlocksAndLeavesTheOthersAlone) {
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 2048});
+  generator<lm_t> g(lm, {.max_batch = 2, .prefix_cache = false});
+  const auto rs = ragged_requests(true);
+  const auto a = g.submit(rs[1]);
+  const auto b = g.submit(rs[4]);
+  const auto c = g.submit(rs[6]);  // waits: max_batch 2
+  g.step();
+  g.step();
+  ASSERT_EQ(g.running(), 2u);
+  const std::size_t used = lm.kv_pool().total_count() - lm.kv_pool().free_count();
+  const std::size_t b_tokens = g.result(b).tokens.size();
+  EXPECT_TRUE(g.cancel(b));   // running: its blocks go back now
+  EXPECT_FALSE(g.cancel(b));  // already ended
+  EXPECT_LT(lm.kv_pool().total_count() - lm.kv_pool().free_count(), used);
+  EXPECT_EQ(g.result(b).finish, finish_reason::cancelled);
+  EXPECT_EQ(g.result(b).tokens.size(), b_tokens);  // what it had is kept
+  const auto d = g.submit(rs[2]);
+  EXPECT_TRUE(g.cancel(d));  // waiting: it never runs
+  EXPECT_EQ(g.waiting(), 1u);
+  g.run();
+  EXPECT_EQ(g.result(a).tokens, alone(rs[1]));
+  EXPECT_EQ(g.result(c).tokens, alone(rs[6]));
+  EXPECT_TRUE(g.result(d).tokens.empty());
+  EXPECT_EQ(lm.kv_pool().free_count(), lm.kv_pool().total_count());
+  // release: gone, and a second release or a read is out_of_range naming why.
+  g.release(a);
+  npullm::testing::expect_error([&] { (void)g.result(a); }, error_code::out_of_range,
+                                "result of request 0, which was released");
+  npullm::testing::expect_error([&] { g.release(a); }, error_code::out_of_range, "was released");
+  const auto e = g.submit(rs[3]);
+  npullm::testing::expect_error([&] { g.release(e); }, error_code::invalid_argument,
+                                "still running");
+  g.run();
+  g.release(e);
+  EXPECT_TRUE(g.done());
+}
+
+// ---- the server's engine: the generator behind a thread ------------------------------------
+
+// Reads a stream to its end: its tokens, logprobs and text.
+struct streamed {
+  std::vector<std::int32_t> tokens;
+  std::vector<token_logprobs> logprobs;
+  std::string text;
+  finish_reason finish = finish_reason::running;
+  bool failed = false;
+};
+streamed read_all(serve::output_stream& s) {
+  streamed out;
+  for (;;) {
+    auto p = s.take(std::chrono::milliseconds(50));
+    out.tokens.insert(out.tokens.end(), p.tokens.begin(), p.tokens.end());
+    out.logprobs.insert(out.logprobs.end(), p.logprobs.begin(), p.logprobs.end());
+    out.text += p.text;
+    if (p.finished) {
+      out.finish = p.finish;
+      out.failed = p.failure.has_value();
+      return out;
+    }
+  }
+}
+
+// Bit for bit: the same doubles, not only equal ones.
+bool same_bits(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].chosen.token != b[i].chosen.token ||
+        std::memcmp(&a[i].chosen.logprob, &b[i].chosen.logprob, sizeof(double)) != 0 ||
+        a[i].top.size() != b[i].top.size())
+      return false;
+    for (std::size_t k = 0; k < a[i].top.size(); ++k) {
+      if (a[i].top[k].token != b[i].top[k].token ||
+          std::memcmp(&a[i].top[k].logprob, &b[i].top[k].logprob, sizeof(double)) != 0)
+        return false;
+    }
+  }
+  return true;
+}
+
+// Output that does not depend on the load: a greedy and a seeded request with logprobs give
+// the same tokens and the same logprob bits alone and among 15 others of other lengths (the
+// step's GEMMs over 16 rows against 1; the attention per sequence), with two threads.
+TEST(Engine, OutputDoesNotDependOnTheLoad) {
+  thread_pool pool(2);
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 8192, .pool = &pool});
+  const auto rs = ragged_requests(true);
+  std::vector<request> probes;
+  for (bool sampled : {false, true}) {
+    request r = rs[2];
+    r.max_new_tokens = 12;
+    r.logprobs = true;
+    r.top_logprobs = 3;
+    if (!sampled) r.sampling = {};
+    probes.push_back(r);
+  }
+  std::vector<streamed> alone_out;
+  {
+    serve::engine<lm_t> e(lm, {.parallel = 1, .prefix_cache = false});
+    for (const request& r : probes) alone_out.push_back(read_all(*e.submit(r)));
+  }
+  serve::engine<lm_t> e(lm, {.parallel = 16, .prefix_cache = false});
+  std::vector<std::shared_ptr<serve::output_stream>> others, mine;
+  for (std::size_t i = 0; i < 15; ++i) {
+    request o = rs[i % rs.size()];
+    o.seed += i;
+    o.max_new_tokens = 20;
+    others.push_back(e.submit(o));
+  }
+  for (const request& r : probes) mine.push_back(e.submit(r));
+  for (std::size_t k = 0; k < probes.size(); ++k) {
+    const streamed busy = read_all(*mine[k]);
+    EXPECT_EQ(busy.tokens, alone_out[k].tokens) << "probe " << k;
+    EXPECT_TRUE(same_bits(busy.logprobs, alone_out[k].logprobs)) << "probe " << k;
+  }
+  for (auto& o : others) EXPECT_EQ(read_all(*o).finish, finish_reason::length);
+  EXPECT_GE(e.metrics().generated_tokens, 15u * 20u);
+}
+
+// Requests from several threads, each read on its own thread, get what each gets alone; a
+// cancelled one ends with its blocks back; a full queue refuses with capacity_exhausted; a
+// request the generator refuses fails alone; drain finishes what runs.
+TEST(Engine, ConcurrentStreamsCancelQueueAndDrain) {
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 2048});
+  serve::engine<lm_t> e(lm, {.parallel = 2, .max_queue = 3});
+  const auto rs = ragged_requests(true);
+  std::vector<std::shared_ptr<serve::output_stream>> s;
+  for (std::size_t i = 0; i < 4; ++i) s.push_back(e.submit(rs[i]));
+  request long_one = rs[5];
+  long_one.max_new_tokens = 400;
+  s.push_back(e.submit(long_one));  // 5 = parallel 2 + queue 3
+  npullm::testing::expect_error([&] { (void)e.submit(rs[6]); }, error_code::capacity_exhausted,
+                                "requests in flight");
+  // The long one runs once a slot frees; cancel it at its first tokens: it ends cancelled.
+  std::size_t first = 0;
+  while ((first = s[4]->take(std::chrono::milliseconds(10)).tokens.size()) == 0) {
+  }
+  e.cancel(*s[4]);
+  const streamed cut = read_all(*s[4]);
+  EXPECT_EQ(cut.finish, finish_reason::cancelled);
+  EXPECT_LT(first + cut.tokens.size(), 400u);
+  std::vector<streamed> got(4);
+  {
+    std::vector<std::thread> readers;
+    for (std::size_t i = 0; i < 4; ++i) readers.emplace_back([&, i] { got[i] = read_all(*s[i]); });
+    for (auto& t : readers) t.join();
+  }
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(got[i].tokens, alone(rs[i])) << "request " << i;
+  // A request the generator refuses (a token outside the vocabulary) fails alone.
+  request bad = rs[0];
+  bad.prompt.push_back(100000);
+  EXPECT_TRUE(read_all(*e.submit(bad)).failed);
+  const auto after = read_all(*e.submit(rs[7]));
+  EXPECT_EQ(after.tokens, alone(rs[7]));
+  const auto m = e.metrics();
+  EXPECT_EQ(m.cancelled, 1u);
+  EXPECT_EQ(m.failed, 1u);
+  EXPECT_EQ(m.finished, 5u);
+  EXPECT_EQ(e.in_flight(), 0u);
+  // Drain: the one running finishes; afterwards submit refuses.
+  auto last = e.submit(rs[1]);
+  EXPECT_TRUE(e.drain(std::chrono::seconds(30)));
+  EXPECT_EQ(read_all(*last).tokens, alone(rs[1]));
+  npullm::testing::expect_error([&] { (void)e.submit(rs[1]); }, error_code::capacity_exhausted,
+                                "stopping");
 }
 
 // ---- sampling controls per request -----------------------------------------------------------

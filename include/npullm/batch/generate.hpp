@@ -46,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "npullm/batch/sampler.hpp"
@@ -86,8 +87,9 @@ struct request {
 
 enum class finish_reason {
   running,
-  length,  // max_new_tokens generated
-  stop,    // a stop token (kept) or a stop string (see request)
+  length,     // max_new_tokens generated
+  stop,       // a stop token (kept) or a stop string (see request)
+  cancelled,  // cancel(id): the tokens so far are kept, nothing more is generated
 };
 
 struct generation {
@@ -158,7 +160,7 @@ class generator {
   // without logprobs (invalid_argument), and prompts that cannot fit in max_sequence
   // (capacity_exhausted). A rejected request changes nothing.
   std::size_t submit(request r) {
-    const std::size_t id = requests_.size();
+    const std::size_t id = next_id_;
     const std::size_t vocab = lm_->config().vocab_size;
     auto reject = [&](const auto&... why) {
       raise(error_code::invalid_argument, "generator: request ", id, ": ", why...);
@@ -196,9 +198,43 @@ class generator {
     sampler rng(r.sampling, r.seed), draft_rng(r.sampling, r.seed ^ 0x9e3779b97f4a7c15ull);
     state s{std::move(r), rng, draft_rng, {}, {}, 0, {}};
     s.context = s.req.prompt;
-    requests_.push_back(std::move(s));
+    requests_.emplace(id, std::move(s));
+    ++next_id_;
     waiting_.push_back(id);
     return id;
+  }
+
+  // Ends request `id` now, between steps: a waiting request leaves the queue, a running one
+  // leaves the batch and its blocks go back to the pool (its verified full blocks stay in the
+  // prefix cache, as any finished sequence's). Its result keeps the tokens generated so far,
+  // finish = cancelled; no callback is called. False (nothing changes) when it had already
+  // finished; out_of_range for an id never submitted or released.
+  bool cancel(std::size_t id) {
+    state& s = at(id, "cancel");
+    if (s.out.finish != finish_reason::running) return false;
+    if (const auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) {
+      waiting_.erase(w);
+    } else if (const auto r = std::find_if(running_.begin(), running_.end(),
+                                           [&](const sequence& q) { return q.id == id; });
+               r != running_.end()) {
+      retire(id, r->table);
+      running_.erase(r);  // the table goes: its blocks are freed
+    }
+    s.out.finish = finish_reason::cancelled;
+    return true;
+  }
+
+  // Forgets a finished (or cancelled) request: its result, context and sampler are freed, and
+  // result(id) is out_of_range from now on. A long-running caller (a server) releases every
+  // request it has read, so the generator's memory does not grow with the requests it served.
+  // invalid_argument for a request still running or waiting (cancel it first).
+  void release(std::size_t id) {
+    const state& s = at(id, "release");
+    if (s.out.finish == finish_reason::running) {
+      raise(error_code::invalid_argument, "generator: release of request ", id,
+            " that is still running (cancel it first)");
+    }
+    requests_.erase(id);
   }
 
   // Admits what fits, then one decode step for every running sequence.
@@ -211,13 +247,7 @@ class generator {
     while (!done()) step(cb);
   }
 
-  [[nodiscard]] const generation& result(std::size_t id) const {
-    if (id >= requests_.size()) {
-      raise(error_code::out_of_range, "generator: result of request ", id, "; ", requests_.size(),
-            " were submitted");
-    }
-    return requests_[id].out;
-  }
+  [[nodiscard]] const generation& result(std::size_t id) const { return at(id, "result").out; }
   [[nodiscard]] const generator_stats& stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t running() const noexcept { return running_.size(); }
   [[nodiscard]] std::size_t waiting() const noexcept { return waiting_.size(); }
@@ -241,6 +271,19 @@ class generator {
     std::size_t id;
     table_type table;
   };
+
+  state& at(std::size_t id, const char* what) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) {
+      raise(error_code::out_of_range, "generator: ", what, " of request ", id, ", which ",
+            id < next_id_ ? "was released" : "was never submitted", " (", next_id_,
+            " were submitted)");
+    }
+    return it->second;
+  }
+  const state& at(std::size_t id, const char* what) const {
+    return const_cast<generator*>(this)->at(id, what);
+  }
 
   generator(LM& lm, Draft* draft, generator_options options)
       : lm_(&lm), draft_(draft), options_(options) {
@@ -268,7 +311,7 @@ class generator {
   // finished. The context keeps every sampled token (also one that completes a stop string).
   bool emit(std::size_t id, std::int32_t token, std::span<const float> logits,
             const token_callback& cb) {
-    state& s = requests_[id];
+    state& s = requests_.at(id);
     s.context.push_back(token);
     s.pending = token;
     bool stop = false;
@@ -306,7 +349,7 @@ class generator {
   // holds the context but its last token, all verified: those full blocks go to the prefix
   // cache. Its draft state goes.
   void retire(std::size_t id, const table_type& table) {
-    const state& s = requests_[id];
+    const state& s = requests_.at(id);
     if (cache_) {
       cache_->insert(table, std::span<const std::int32_t>(s.context).first(s.context.size() - 1));
     }
@@ -316,7 +359,7 @@ class generator {
   void admit(const token_callback& cb) {
     while (!waiting_.empty() && running_.size() < options_.max_batch) {
       const std::size_t id = waiting_.front();
-      state& s = requests_[id];
+      state& s = requests_.at(id);
       // The context whose KV the sequence needs: the prompt, and after a preemption the tokens
       // generated since (but the last one, which is fed by the next decode step).
       const bool resumed = s.context.size() > s.req.prompt.size();
@@ -373,7 +416,7 @@ class generator {
     if constexpr (speculative) {
       std::vector<draft_query<table_type>> queries;
       for (sequence& q : running_) {
-        state& s = requests_[q.id];
+        state& s = requests_.at(q.id);
         const std::size_t remaining = s.req.max_new_tokens - s.out.tokens.size();
         queries.push_back({q.id, &q.table, s.context, s.hidden,
                            std::min(options_.draft_tokens, remaining - 1),
@@ -402,7 +445,7 @@ class generator {
     if (running_.empty()) return;
     std::vector<draft_proposal> proposals = propose();
     // The samplers' processors may start on the first row's context while the model runs.
-    for (const sequence& r : running_) requests_[r.id].rng.prefetch(requests_[r.id].context);
+    for (const sequence& r : running_) requests_.at(r.id).rng.prefetch(requests_.at(r.id).context);
     step_output out;
     for (;;) {
       // Each sequence's pending token and proposals; logits for every row (and hidden rows).
@@ -411,7 +454,7 @@ class generator {
       inputs.reserve(running_.size());
       std::size_t rows = 0;
       for (std::size_t i = 0; i < running_.size(); ++i) {
-        ids[i].push_back(requests_[running_[i].id].pending);
+        ids[i].push_back(requests_.at(running_[i].id).pending);
         ids[i].insert(ids[i].end(), proposals[i].tokens.begin(), proposals[i].tokens.end());
         inputs.push_back({&running_[i].table, ids[i]});
         rows += ids[i].size();
@@ -454,7 +497,7 @@ class generator {
     std::size_t row = 0;  // the sequence's first row in the step
     for (std::size_t i = 0; i < running_.size(); ++i) {
       const std::size_t id = running_[i].id;
-      state& s = requests_[id];
+      state& s = requests_.at(id);
       const draft_proposal& d = proposals[i];
       const round_verdict v =
           verify_round([&](std::size_t j) { return out.logits_of(row + j); }, d, &s.rng, s.context);
@@ -484,7 +527,10 @@ class generator {
   Draft* draft_;
   generator_options options_;
   std::optional<cache_type> cache_;
-  std::vector<state> requests_;
+  // Requests by id, until released: a map, so that a server's generator holds only the
+  // requests not yet released, and a reference stays valid while others are submitted.
+  std::unordered_map<std::size_t, state> requests_;
+  std::size_t next_id_ = 0;
   std::deque<std::size_t> waiting_;
   std::vector<sequence> running_;
   generator_stats stats_;
