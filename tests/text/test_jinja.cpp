@@ -2,12 +2,21 @@
 // derived from Jinja2's documented semantics (trim_blocks and lstrip_blocks on, as transformers
 // sets them); errors as Jinja's; the safety limits; the real templates of
 // ../shared/vectors/chat-templates byte for byte against Jinja2's renderings (skipped, saying
-// so, where that folder is absent); the fuzz corpus (tests/text/corpus_jinja) replayed.
+// so, where that folder is absent); the fuzz corpus (tests/text/corpus_jinja) replayed;
+// hostile templates (chains of 200,000 terms, size bombs, quadratic appends, deep nesting),
+// each in a child process under an address-space limit, on a small stack, with an alarm.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -434,6 +443,259 @@ TEST(jinja, safety_limits_give_errors_not_crashes_or_hangs) {
   // Within the limits the same constructs run.
   EXPECT_EQ(render("{% for i in range(3) %}{{ 'x' * 2 }}{% endfor %}", json::object(), small),
             "xxxxxx");
+}
+
+// ---- hostile templates: bounded by the test process, not by trust ---------------------------
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool under_asan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool under_asan = true;
+#else
+constexpr bool under_asan = false;
+#endif
+#else
+constexpr bool under_asan = false;
+#endif
+
+// The stack a hostile render runs on: 1 MiB (a server's worker thread may have no more);
+// ASan's frames are several times larger, so 8 MiB (glibc's default thread stack) there.
+constexpr std::size_t hostile_stack = under_asan ? std::size_t{8} << 20 : std::size_t{1} << 20;
+constexpr unsigned hostile_seconds = 10;
+
+struct bounded_run {
+  std::string outcome;  // "ok: <text>" or "error: <what()>"
+  double seconds = 0;
+  long max_rss_mib = 0;
+};
+
+// fn in a forked child: on a thread of hostile_stack bytes, under RLIMIT_AS of 4 GiB (not under
+// ASan, whose shadow memory reserves terabytes of address space), killed by SIGALRM after
+// hostile_seconds. The child must exit normally (a stack overflow, std::bad_alloc escaping, an
+// abort or the alarm fail the test); it reports what fn gave and its peak resident memory.
+bounded_run run_bounded(const std::function<std::string()>& fn) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    if (!under_asan) {
+      const rlimit as{std::size_t{4} << 30, std::size_t{4} << 30};
+      ::setrlimit(RLIMIT_AS, &as);
+    }
+    ::alarm(hostile_seconds);
+    struct job {
+      const std::function<std::string()>* fn;
+      std::string out;
+    } j{&fn, {}};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, hostile_stack);
+    pthread_t thread;
+    const auto body = [](void* p) -> void* {
+      auto* jb = static_cast<job*>(p);
+      try {
+        jb->out = "ok: " + (*jb->fn)();
+      } catch (const npullm::error& e) {
+        jb->out = std::string("error: ") + e.what();
+      } catch (const std::exception& e) {
+        jb->out = std::string("other exception: ") + e.what();
+      }
+      return nullptr;
+    };
+    if (pthread_create(&thread, &attr, body, &j) != 0) ::_exit(3);
+    pthread_join(thread, nullptr);
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    const std::string report = std::to_string(ru.ru_maxrss / 1024) + "\n" + j.out;
+    for (std::size_t done = 0; done < report.size();) {
+      const ssize_t n = ::write(fds[1], report.data() + done, report.size() - done);
+      if (n <= 0) ::_exit(4);
+      done += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+    report.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  bounded_run r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                              : "exit status " + std::to_string(WEXITSTATUS(status)));
+  const std::size_t nl = report.find('\n');
+  if (nl != std::string::npos) {
+    r.max_rss_mib = std::stol(report.substr(0, nl));
+    r.outcome = report.substr(nl + 1);
+  }
+  return r;
+}
+
+// source parsed and rendered (default limits but the date) within the bounds; the outcome
+// must start with expected_prefix and contain fragment.
+void hostile(const std::string& what, const std::string& source, const std::string& expected,
+             const std::string& fragment = {}, const json& vars = json::object(),
+             const jinja::render_options& options = fixed_date()) {
+  SCOPED_TRACE(what);
+  const bounded_run r =
+      run_bounded([&] { return jinja::template_program::parse(source).render(vars, options); });
+  const std::string shown = r.outcome.size() > 300 ? r.outcome.substr(0, 300) + "..." : r.outcome;
+  EXPECT_EQ(r.outcome.rfind(expected, 0), 0u) << shown;
+  EXPECT_NE(r.outcome.find(fragment), std::string::npos) << shown;
+  EXPECT_LT(r.seconds, hostile_seconds);
+  std::printf("  %-44s %6.2f s %5ld MiB  %s\n", what.c_str(), r.seconds, r.max_rss_mib,
+              shown.substr(0, 160).c_str());
+}
+
+std::string repeated(std::string_view unit, std::size_t n) {
+  std::string s;
+  s.reserve(unit.size() * n);
+  for (std::size_t k = 0; k < n; ++k) s.append(unit);
+  return s;
+}
+
+const std::string too_deep = "error: npullm capacity_exhausted";
+
+TEST(jinja_hostile, operator_chains_of_200000_terms_render) {
+  // One node per chain, evaluated by a loop: these work (no depth, no quadratic copying).
+  hostile("~ chain of 200,000", "{{ x" + repeated(" ~ x", 199999) + " }}",
+          "ok: " + std::string(200000, 'a'), {}, json{{"x", "a"}});
+  hostile("+ chain of 200,000 (integers)", "{{ 1" + repeated(" + 1", 199999) + " }}", "ok: 200000");
+  hostile("+ chain of 200,000 (strings)", "{{ x" + repeated(" + x", 199999) + " }}",
+          "ok: " + std::string(200000, 'a'), {}, json{{"x", "a"}});
+  hostile("and chain of 200,000", "{{ 1" + repeated(" and 1", 199999) + " }}", "ok: 1");
+  hostile("or chain of 200,000", "{{ 0" + repeated(" or 0", 199998) + " or 7 }}", "ok: 7");
+  hostile("* and - chain", "{{ 2" + repeated(" * 1 - 0", 100000) + " }}", "ok: 2");
+}
+
+TEST(jinja_hostile, postfix_filter_and_elif_chains_are_refused_by_the_depth_budget) {
+  const std::string limit = "nested deeper than 256 levels (parse_limits::max_depth";
+  hostile("filter chain of 200,000", "{{ x" + repeated("|trim", 200000) + " }}", too_deep, limit,
+          json{{"x", " a "}});
+  hostile("test chain of 200,000", "{{ x" + repeated(" is defined", 200000) + " }}", too_deep,
+          limit);
+  hostile("attribute chain of 200,000", "{{ x" + repeated(".a", 200000) + " }}", too_deep, limit);
+  hostile("subscript chain of 200,000", "{{ x" + repeated("[0]", 200000) + " }}", too_deep, limit);
+  hostile("call chain of 200,000", "{{ x" + repeated("()", 200000) + " }}", too_deep, limit);
+  hostile("conditional chain of 200,000", "{{ 1" + repeated(" if 1", 200000) + " }}", too_deep,
+          limit);
+  hostile("elif chain of 100,000",
+          "{% if x %}a" + repeated("{% elif x %}a", 100000) + "{% endif %}", too_deep, limit);
+  // Within the budget the same shapes work.
+  hostile("filter chain of 100", "{{ x" + repeated("|trim", 100) + " }}", "ok: a", {},
+          json{{"x", " a "}});
+  hostile("elif chain of 200",
+          "{% if x %}a" + repeated("{% elif x %}a", 199) + "{% else %}b{% endif %}", "ok: b", {},
+          json{{"x", false}});
+}
+
+TEST(jinja_hostile, deep_nesting_is_refused) {
+  const std::string limit = "nested deeper than 256 levels (parse_limits::max_depth";
+  hostile("{% if %} x 100,000", repeated("{% if 1 %}", 100000), too_deep, limit);
+  hostile("{% for %} x 100,000", repeated("{% for x in y %}", 100000), too_deep, limit);
+  hostile("( x 100,000", "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}",
+          too_deep, limit);
+  hostile("[ x 100,000", "{{ " + std::string(100000, '[') + std::string(100000, ']') + " }}",
+          too_deep, limit);
+  hostile("{ x 100,000",
+          "{{ " + repeated("{'a': ", 100000) + "1" + std::string(100000, '}') + " }}", too_deep,
+          limit);
+  hostile("not x 100,000", "{{ " + repeated("not ", 100000) + "1 }}", too_deep, limit);
+  hostile("- x 100,000", "{{ " + repeated("-", 100000) + "1 }}", too_deep, limit);
+  // Deep but within the parser's budget: the interpreter's stays within the stack too.
+  // (each parenthesis takes two levels: the expression inside it and its operand).
+  hostile("( x 120 with filters",
+          "{{ " + std::string(120, '(') + "x|trim" + std::string(120, ')') + " }}", "ok: a", {},
+          json{{"x", "a"}});
+  hostile("macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", too_deep,
+          "(render_limits)");
+}
+
+TEST(jinja_hostile, size_bombs_are_refused_before_allocating) {
+  const std::string big = "{% set s = 'x' * 1000000 %}";
+  const std::string output_limit = "(render_limits::max_output_bytes)";
+  const std::string refused = "error: npullm capacity_exhausted";
+  hostile("s.replace('x', s), 10^6 chars", big + "{{ s.replace('x', s) }}", refused,
+          "replace would make 0 + 1000000 x 1000000 bytes");
+  hostile("s|replace('x', s)", big + "{{ s|replace('x', s) }}", refused, output_limit);
+  hostile("s.replace('', s)", big + "{{ s.replace('', s) }}", refused, output_limit);
+  hostile("doubling ~ loop",
+          "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+          "{% endfor %}{{ ns.s|length }}",
+          refused, output_limit);
+  hostile("doubling + loop",
+          "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+          "{% endfor %}",
+          refused, output_limit);
+  hostile("doubling list loop",
+          "{% set ns = namespace(xs=[1]) %}{% for i in range(64) %}{% set ns.xs = ns.xs + ns.xs %}"
+          "{% endfor %}",
+          refused, "(render_limits::max_items)");
+  hostile("doubling set without namespace",
+          "{% set s = 'x' %}" + repeated("{% set s = s ~ s %}", 64) + "{{ s|length }}", refused,
+          output_limit);
+  hostile("indent(1000) of 10^6 lines", "{{ ('\\n' * 1000000)|indent(1000, blank=true) }}", refused,
+          "indent would make");
+  hostile("indent(s) of 10^6 lines", big + "{{ ('\\n' * 1000000)|indent(s, blank=true) }}", refused,
+          "indent would make");
+  hostile("'x' * 10^15", "{{ 'x' * 1000000000000000 }}", refused, output_limit);
+  hostile("'' * 10^18", "{{ ('' * 1000000000000000000)|length }}", "ok: 0");
+  hostile("[] * 10^18", "{{ ([] * 1000000000000000000)|length }}", "ok: 0");
+  hostile("[0] * 10^9", "{{ ([0] * 1000000000)|length }}", refused, "(render_limits::max_items)");
+  hostile("[s] * 1000 printed", big + "{{ [s] * 1000 }}", refused, output_limit);
+  hostile("([s] * 1000)|tojson", big + "{{ ([s] * 1000)|tojson }}", refused, output_limit);
+  hostile("([s] * 1000)|join(s)", big + "{{ ([s] * 1000)|join(s) }}", refused, output_limit);
+  hostile("s ~ [s] * 100", big + "{{ s ~ [s] * 100 }}", refused, output_limit);
+  hostile("(s * 20)|e", "{{ ('<' * 10000000)|e }}", refused, output_limit);
+  hostile("s|list of 10^7 characters", "{{ ('x' * 10000000)|list|length }}", refused,
+          "(render_limits::max_items)");
+  hostile("10^6 x s[500000] on 10^6 chars",
+          big + "{% for i in range(1000000) %}{{ s[500000] }}{% endfor %}", refused,
+          "(render_limits::max_work_bytes)");
+  hostile("10^6 x copy of a 10^6-char string",
+          big + "{% for i in range(1000000) %}{% set t = s|upper %}{% endfor %}", refused,
+          "(render_limits::max_work_bytes)");
+}
+
+TEST(jinja_hostile, appending_in_a_loop_is_linear) {
+  // Each + / ~ grows the namespace's value in place: linear in the length, not quadratic.
+  hostile("ns.xs = ns.xs + [i], 10^6 times",
+          "{% set ns = namespace(xs=[]) %}{% for i in range(1000000) %}"
+          "{% set ns.xs = ns.xs + [i] %}{% endfor %}{{ ns.xs|length }} {{ ns.xs[-1] }}",
+          "ok: 1000000 999999");
+  hostile("ns.s = ns.s ~ 'ab', 10^6 times",
+          "{% set ns = namespace(s='') %}{% for i in range(1000000) %}"
+          "{% set ns.s = ns.s ~ 'a' ~ 'b' %}{% endfor %}{{ ns.s|length }}",
+          "ok: 2000000");
+  hostile("ns.s = ns.s + 'a', 10^6 times",
+          "{% set ns = namespace(s='') %}{% for i in range(1000000) %}"
+          "{% set ns.s = ns.s + 'a' %}{% endfor %}{{ ns.s|length }}",
+          "ok: 1000000");
+  // Prepending cannot be done in place: the work budget stops it.
+  hostile("ns.xs = [i] + ns.xs, 10^6 times",
+          "{% set ns = namespace(xs=[]) %}{% for i in range(1000000) %}"
+          "{% set ns.xs = [i] + ns.xs %}{% endfor %}{{ ns.xs|length }}",
+          "error: npullm capacity_exhausted", "(render_limits::max_work_bytes)");
+  hostile("ns.s = 'a' ~ ns.s, 10^6 times",
+          "{% set ns = namespace(s='') %}{% for i in range(1000000) %}"
+          "{% set ns.s = 'a' ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+          "error: npullm capacity_exhausted", "(render_limits::max_work_bytes)");
+  // A copy kept elsewhere is not changed by the append (the value is shared, so copied).
+  EXPECT_EQ(render("{% set ns = namespace(xs=[1], s='a') %}{% set keep = ns.xs %}"
+                   "{% set t = ns.s %}{% set ns.xs = ns.xs + [2] %}{% set ns.s = ns.s ~ 'b' %}"
+                   "{{ keep }} {{ ns.xs }} {{ t }} {{ ns.s }}"),
+            "[1] [1, 2] a ab");
+  EXPECT_EQ(render("{% set s = 'a' %}{% set t = s %}{% set s = s ~ s ~ 'c' %}{{ t }} {{ s }}"),
+            "a aac");
+  EXPECT_EQ(render("{% set xs = [1] %}{% set ys = xs %}{% set xs = xs + xs %}{{ ys }} {{ xs }}"),
+            "[1] [1, 1]");
 }
 
 TEST(jinja, a_parsed_template_renders_many_times) {

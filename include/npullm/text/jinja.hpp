@@ -17,10 +17,16 @@
 // strftime_now. upper / lower / title / capitalize change ASCII letters only.
 //
 // The template is untrusted input: it reaches only the variables given, lists and dicts are
-// immutable (list.append is the sandbox's error), and render_limits bound the output, the
-// loop iterations (all loops together, range() sizes too), nested macro calls and the
-// interpreter's recursion; lists built inside lists nest at most max_nesting deep. A render
-// past a limit is capacity_exhausted, never a crash or a hang.
+// immutable (list.append is the sandbox's error), and render_limits bound the output, every
+// string made (its size is computed, or checked piece by piece, before it is allocated: a
+// replace, `*`, `~`, indent or tojson bomb is refused, never a std::bad_alloc), every list made,
+// the total work of a render (bytes of strings and lists made or scanned), the loop iterations
+// (all loops together, range() sizes too), nested macro calls and the interpreter's
+// recursion; lists built inside lists nest at most max_nesting deep; parse_limits bound the
+// syntax tree's depth (text/jinja_parser.hpp). A render past a limit is capacity_exhausted
+// naming the limit, never a crash or a hang. Building a string or a list by appending in a
+// loop ({% set ns.s = ns.s ~ x %}, {% set ns.xs = ns.xs + [x] %}) grows it in place when
+// nothing else holds it: linear, not quadratic.
 //
 // Errors (npullm::error, message "chat template line N: ..."): raise_exception(msg) is
 // invalid_argument whose message ends with msg; type errors and undefined values are
@@ -47,12 +53,20 @@
 
 namespace npullm::text::jinja {
 
+// What one render may use; past any of them the render is capacity_exhausted naming it.
+// The defaults keep a render within about 1 GiB of memory and a few seconds.
 struct render_limits {
   std::size_t max_output_bytes = std::size_t{16} << 20;  // the text, and any string made
   std::size_t max_iterations = std::size_t{1} << 20;     // loop iterations of one render
   std::size_t max_call_depth = 64;                       // macro calls inside macro calls
   std::size_t max_depth = 1024;  // expressions and statements evaluated inside one another
                                  // (macro calls' bodies included): the interpreter's recursion
+  std::size_t max_items = std::size_t{1} << 20;  // elements of any list made (48 bytes each)
+  // Bytes of strings and lists made, output written and text scanned by the operations of
+  // one render, all together (a comparison of two values counts 16): bounds the time of a
+  // render that makes or scans big values many times (quadratic appends, a 16 MiB string
+  // copied in each of 10^6 iterations) to about a second.
+  std::size_t max_work_bytes = std::size_t{1} << 30;
 };
 
 struct render_options {
@@ -130,11 +144,77 @@ class evaluator : python_ops {
   };
 
   // ---- limits -----------------------------------------------------------------------------
+  // Strings made are bounded by max_output_bytes, checked before they are allocated.
+  [[nodiscard]] text_bound bound(int line) const { return {opt_.limits.max_output_bytes, line}; }
+  // A string of n bytes about to be made: refused past the limit, else counted as work.
   void check_size(std::size_t n, int line) const {
     if (n > opt_.limits.max_output_bytes) {
       fail_limit(line, "text of ", std::to_string(n), " bytes exceeds the limit of ",
-                 std::to_string(opt_.limits.max_output_bytes), " (render_limits)");
+                 std::to_string(opt_.limits.max_output_bytes),
+                 " (render_limits::max_output_bytes)");
     }
+    made(n, line);
+  }
+  // A list of n elements about to be made: refused past max_items, else counted as work.
+  void check_items(std::size_t n, int line) const {
+    if (n > opt_.limits.max_items) {
+      fail_limit(line, "a list of ", std::to_string(n), " items exceeds the limit of ",
+                 std::to_string(opt_.limits.max_items), " (render_limits::max_items)");
+    }
+    made(n * sizeof(value), line);
+  }
+  // bytes of work done (made, written or scanned): refused past max_work_bytes in all.
+  void made(std::size_t bytes, int line) const {
+    work_ += bytes;
+    if (work_ > opt_.limits.max_work_bytes) {
+      fail_limit(line, "more than ", std::to_string(opt_.limits.max_work_bytes),
+                 " bytes of strings and lists made or scanned in one render "
+                 "(render_limits::max_work_bytes)");
+    }
+  }
+  // The items of v (iterate) once their number is known to be within max_items.
+  std::vector<value> items_of(const value& v, int line) const {
+    if (v.is(value_kind::array) || v.is(value_kind::object)) {
+      check_items(v.size(), line);
+    } else if (v.is(value_kind::string)) {
+      made(v.s.size(), line);
+      check_items(detail_eval::char_count(v.s), line);
+    }
+    return iterate(v, line);
+  }
+  // str(v), bounded by max_output_bytes as it is made, counted as work.
+  std::string str_of(const value& v, int line) const {
+    std::string s = to_str(v, bound(line));
+    made(s.size(), line);
+    return s;
+  }
+  // v itself when a string, else str(v) as a string value.
+  value text_of(const value& v, int line) const {
+    return v.is(value_kind::string) ? v : value::string(str_of(v, line));
+  }
+  // t.replace(from, to, count): the result's size computed (one pass counting the matches)
+  // and checked before it is allocated: s.replace('x', s) on a 10^6-byte s is refused at once.
+  value replaced(std::string_view t, std::string_view from, std::string_view to, std::int64_t count,
+                 int line) const {
+    made(t.size(), line);
+    std::size_t matches = 0;
+    if (from.empty()) {
+      matches = detail_eval::code_points(t) + 1;  // Python inserts `to` around each character
+    } else {
+      for (std::size_t at = t.find(from); at != std::string_view::npos;
+           at = t.find(from, at + from.size()))
+        ++matches;
+    }
+    if (count >= 0) matches = std::min(matches, static_cast<std::size_t>(count));
+    const std::size_t kept = t.size() - (from.empty() ? 0 : matches * from.size());
+    const std::size_t max = opt_.limits.max_output_bytes;
+    if (kept > max || (!to.empty() && matches > (max - kept) / to.size())) {
+      fail_limit(line, "replace would make ", std::to_string(kept), " + ", std::to_string(matches),
+                 " x ", std::to_string(to.size()), " bytes, which exceeds the limit of ",
+                 std::to_string(max), " (render_limits::max_output_bytes)");
+    }
+    check_size(kept + matches * to.size(), line);
+    return value::string(replace_all(t, from, to, count, kept + matches * to.size()));
   }
   void count_iteration(int line) {
     if (++iterations_ > opt_.limits.max_iterations) {
@@ -153,8 +233,15 @@ class evaluator : python_ops {
   }
 
   void emit(std::string_view text, int line) {
+    room(*out_, text.size(), bound(line));
+    made(text.size(), line);
     out_->append(text);
-    check_size(out_->size(), line);
+  }
+  // str(v) written to the output, bounded as it is written.
+  void emit_value(const value& v, int line) {
+    const std::size_t before = out_->size();
+    append_str(*out_, v, bound(line));
+    made(out_->size() - before, line);
   }
 
   // One level of the interpreter's recursion, refused past render_limits::max_depth.
@@ -178,15 +265,14 @@ class evaluator : python_ops {
     switch (n.kind) {
       case node_kind::data: emit(n.text, n.line); return flow::normal;
       case node_kind::output: {
-        const value v = eval(*n.kids[0], sc);
-        append_str(*out_, v);
-        check_size(out_->size(), n.line);
+        emit_value(eval(*n.kids[0], sc), n.line);
         return flow::normal;
       }
       case node_kind::if_: return exec_body(truthy(eval(*n.kids[0], sc)) ? n.body : n.orelse, sc);
       case node_kind::for_: return exec_for(n, sc);
       case node_kind::set: {
-        value v = eval(*n.kids[0], sc);
+        value v;
+        if (!grow_in_place(n, sc, v)) v = eval(*n.kids[0], sc);
         if (!n.text.empty()) {
           value* ns = sc.find(n.names[0]);
           if (ns == nullptr || !ns->is(value_kind::space)) {
@@ -218,8 +304,7 @@ class evaluator : python_ops {
       case node_kind::filter_block: {
         value v = value::string(capture(n.body, sc));
         for (const auto& f : n.kids) v = apply_filter(*f, std::move(v), sc);
-        append_str(*out_, v);
-        check_size(out_->size(), n.line);
+        emit_value(v, n.line);
         return flow::normal;
       }
       case node_kind::macro: {
@@ -261,12 +346,64 @@ class evaluator : python_ops {
     return text;
   }
 
+  // {% set x = x ~ a ~ b %}, {% set x = x + y %}, {% set ns.x = ns.x ~ a %}: the variable's
+  // value (of this scope, or the namespace's attribute) is let go before the operation, so that
+  // the operation holds it alone and appends in place: a string or list built by appending in
+  // a loop costs its length in all, not its length squared. The operands are evaluated first,
+  // from a copy, as they would be (they may read the variable); the variable is let go only if
+  // they left it as it was. Only chains of ~ (never a type error) or one +. Returns false (v
+  // untouched) where the set is not of that form.
+  bool grow_in_place(const node& n, scope& sc, value& v) {
+    const node& e = *n.kids[0];
+    if (e.kind != node_kind::binary || n.names.size() != 1) return false;
+    const op o = e.ops[0];
+    if ((o != op::concat && o != op::add) || (o == op::add && e.ops.size() != 1)) return false;
+    for (const op x : e.ops) {
+      if (x != o) return false;
+    }
+    const node& first = *e.kids[0];
+    const bool plain = n.text.empty();
+    if (plain ? (first.kind != node_kind::name || first.text != n.names[0])
+              : (first.kind != node_kind::attribute || first.text != n.text ||
+                 first.kids[0]->kind != node_kind::name || first.kids[0]->text != n.names[0])) {
+      return false;
+    }
+    const auto slot = [&]() -> value* {
+      if (plain) {
+        for (auto& [k, x] : sc.vars) {
+          if (k == n.names[0]) return &x;
+        }
+        return nullptr;
+      }
+      value* ns = sc.find(n.names[0]);
+      return ns != nullptr && ns->is(value_kind::space) ? ns->obj().find(n.text) : nullptr;
+    };
+    const value* at = slot();
+    if (at == nullptr ||
+        !(at->is(value_kind::string) || (o == op::add && at->is(value_kind::array)))) {
+      return false;
+    }
+    value l = *at;
+    std::vector<value> operands;
+    operands.reserve(e.kids.size() - 1);
+    for (std::size_t k = 1; k < e.kids.size(); ++k) operands.push_back(eval(*e.kids[k], sc));
+    value* still = slot();
+    if (still != nullptr && still->kind == l.kind && still->owner == l.owner &&
+        still->s.data() == l.s.data() && still->s.size() == l.s.size()) {
+      *still = value();  // given back by the assignment that follows
+    }
+    for (const value& r : operands)
+      l = o == op::concat ? concat(std::move(l), r, e.line) : add(std::move(l), r, e.line);
+    v = std::move(l);
+    return true;
+  }
+
   void assign_targets(const std::vector<std::string>& names, value v, scope& sc, int line) {
     if (names.size() == 1) {
       sc.assign(names[0], std::move(v));
       return;
     }
-    const std::vector<value> items = iterate(v, line);
+    const std::vector<value> items = items_of(v, line);
     if (items.size() != names.size()) {
       fail(line, items.size() > names.size() ? "too many" : "not enough",
            " values to unpack (expected ", names.size(), ", got ", items.size(), ")");
@@ -277,7 +414,7 @@ class evaluator : python_ops {
   flow exec_for(const node& n, scope& sc) {
     const value seq = eval(*n.kids[0], sc);
     auto loop = std::make_shared<loop_data>();
-    std::vector<value> all = iterate(seq, n.line);
+    std::vector<value> all = items_of(seq, n.line);
     scope it;
     it.parent = &sc;
     if (n.kids[1]) {  // {% for x in xs if cond %}: filtered before the loop counts
@@ -346,6 +483,7 @@ class evaluator : python_ops {
       case node_kind::list:
       case node_kind::tuple: {
         std::vector<value> items;
+        check_items(n.kids.size(), n.line);
         items.reserve(n.kids.size());
         for (const auto& k : n.kids) items.push_back(eval(*k, sc));
         return value::array(std::move(items), n.kind == node_kind::tuple);
@@ -394,11 +532,24 @@ class evaluator : python_ops {
              std::string(type_name(v)), "'");
       }
       case node_kind::binary: {
-        const auto o = static_cast<op>(n.id);
+        // A chain of one precedence, left to right, by a loop (no recursion on its length);
+        // the value so far is consumed by ~ and +, which append in place when they can.
         value l = eval(*n.kids[0], sc);
-        if (o == op::and_) return truthy(l) ? eval(*n.kids[1], sc) : l;
-        if (o == op::or_) return truthy(l) ? l : eval(*n.kids[1], sc);
-        return binary(o, l, eval(*n.kids[1], sc), n.line);
+        for (std::size_t k = 0; k < n.ops.size(); ++k) {
+          const node& r = *n.kids[k + 1];
+          switch (n.ops[k]) {
+            case op::and_:
+              if (truthy(l)) l = eval(r, sc);
+              break;
+            case op::or_:
+              if (!truthy(l)) l = eval(r, sc);
+              break;
+            case op::concat: l = concat(std::move(l), eval(r, sc), n.line); break;
+            case op::add: l = add(std::move(l), eval(r, sc), n.line); break;
+            default: l = binary(n.ops[k], l, eval(r, sc), n.line);
+          }
+        }
+        return l;
       }
       case node_kind::compare: {
         value l = eval(*n.kids[0], sc);
@@ -511,13 +662,18 @@ class evaluator : python_ops {
       const std::int64_t k = i < 0 ? i + n : i;
       if (k >= 0 && k < n) return obj.at(static_cast<std::size_t>(k));
     } else if (obj.is(value_kind::string) && int_key) {
-      const auto at = detail_eval::char_starts(obj.s);
-      const auto n = static_cast<std::int64_t>(at.size()) - 1;
-      const std::int64_t k = i < 0 ? i + n : i;
-      if (k >= 0 && k < n) {
-        const auto u = static_cast<std::size_t>(k);
-        return substring(obj, at[u], at[u + 1] - at[u]);
+      // The code point found by a walk (no table of every offset): s[0] costs one step, and a
+      // walk is counted as work (an index in a loop over a long string is bounded).
+      const std::string_view t = obj.s;
+      std::int64_t k = i;
+      if (i < 0) {
+        made(t.size() * 8, line);
+        k += static_cast<std::int64_t>(detail_eval::code_points(t));
       }
+      std::size_t at = 0;
+      for (std::int64_t m = 0; m < k && at < t.size(); ++m) at += detail_eval::step(t, at);
+      made(at * 8, line);  // a walk by code points: about 8 times a copy's time a byte
+      if (k >= 0 && at < t.size()) return substring(obj, at, detail_eval::step(t, at));
     } else if (obj.is(value_kind::object) && key.is(value_kind::string)) {
       value v;
       if (obj.get(key.s, v)) return v;
@@ -551,6 +707,7 @@ class evaluator : python_ops {
       return value::array(std::move(items), obj.aux != 0);
     }
     if (obj.is(value_kind::string)) {
+      made(obj.s.size() * (1 + sizeof(std::size_t)), n.line);
       const auto at = detail_eval::char_starts(obj.s);
       const auto r = slice_indices(static_cast<std::int64_t>(at.size()) - 1, part(0), part(1),
                                    part(2), n.line);
@@ -572,13 +729,74 @@ class evaluator : python_ops {
 
   // ---- operators -------------------------------------------------------------------------
 
-  value binary(op o, const value& l, const value& r, int line) const {
-    if (o == op::concat) {
-      std::string s = to_str(l);
-      append_str(s, r);
-      check_size(s.size(), line);
+  // l ~ r, l consumed: appended in place when l alone owns its text (amortized growth), else a
+  // new string; either way bounded by max_output_bytes before the bytes are appended.
+  value concat(value l, const value& r, int line) const {
+    if (std::string* p = l.sole_text()) {
+      const std::size_t before = p->size();
+      append_str(*p, r, bound(line));
+      made(p->size() - before, line);
+      l.s = *p;
+      return l;
+    }
+    std::string s;
+    if (l.is(value_kind::string) && r.is(value_kind::string)) {
+      check_size(l.s.size() + r.s.size(), line);
+      s.reserve(l.s.size() + r.s.size());
+      s.append(l.s);
+      s.append(r.s);
       return value::string(std::move(s));
     }
+    append_str(s, l, bound(line));
+    append_str(s, r, bound(line));
+    made(s.size(), line);
+    return value::string(std::move(s));
+  }
+
+  // l + r, l consumed: strings and lists appended in place when l alone owns them (a list or
+  // string built by appending in a loop is linear), sizes checked before allocating.
+  value add(value l, const value& r, int line) const {
+    if (l.is(value_kind::string) && r.is(value_kind::string)) {
+      if (std::string* p = l.sole_text()) {
+        room(*p, r.s.size(), bound(line));
+        made(r.s.size(), line);
+        p->append(r.s);
+        l.s = *p;
+        return l;
+      }
+      check_size(l.s.size() + r.s.size(), line);
+      std::string s;
+      s.reserve(l.s.size() + r.s.size());
+      s.append(l.s);
+      s.append(r.s);
+      return value::string(std::move(s));
+    }
+    if (l.is(value_kind::array) && r.is(value_kind::array) && l.aux == r.aux) {
+      const std::size_t n = r.size();
+      if (array_data* a = l.sole_items()) {
+        if (a->items.size() + n > opt_.limits.max_items) check_items(a->items.size() + n, line);
+        made(n * sizeof(value), line);
+        if (a->items.size() + n > a->items.capacity())  // doubled: amortized appends
+          a->items.reserve(std::max(a->items.size() + n, a->items.capacity() * 2));
+        for (std::size_t k = 0; k < n; ++k) {
+          value x = r.at(k);
+          a->nest = value::outer(a->nest, x);
+          a->items.push_back(std::move(x));
+        }
+        return l;
+      }
+      check_items(l.size() + n, line);
+      std::vector<value> items;
+      items.reserve(l.size() + n);
+      for (std::size_t k = 0; k < l.size(); ++k) items.push_back(l.at(k));
+      for (std::size_t k = 0; k < n; ++k) items.push_back(r.at(k));
+      return value::array(std::move(items), l.aux != 0);
+    }
+    return binary(op::add, l, r, line);
+  }
+
+  value binary(op o, const value& l, const value& r, int line) const {
+    if (o == op::concat) return concat(l, r, line);
     if (l.is(value_kind::undefined)) fail_undefined(line, l);
     if (r.is(value_kind::undefined)) fail_undefined(line, r);
     static constexpr std::array<std::string_view, 7> symbols = {"+",  "-", "*", "/",
@@ -646,19 +864,9 @@ class evaluator : python_ops {
       }
     }
     if (o == op::add) {
-      if (l.is(value_kind::string) && r.is(value_kind::string)) {
-        std::string s;
-        s.reserve(l.s.size() + r.s.size());
-        s.append(l.s);
-        s.append(r.s);
-        check_size(s.size(), line);
-        return value::string(std::move(s));
-      }
-      if (l.is(value_kind::array) && r.is(value_kind::array) && l.aux == r.aux) {
-        std::vector<value> items = iterate(l, line);
-        for (auto& x : iterate(r, line)) items.push_back(std::move(x));
-        check_size(items.size(), line);
-        return value::array(std::move(items), l.aux != 0);
+      if ((l.is(value_kind::string) && r.is(value_kind::string)) ||
+          (l.is(value_kind::array) && r.is(value_kind::array) && l.aux == r.aux)) {
+        return add(l, r, line);
       }
       if (l.is(value_kind::string) || (l.is(value_kind::array) && l.aux == 0)) {
         fail(line, "can only concatenate ", std::string(type_name(l)), " (not \"",
@@ -669,18 +877,33 @@ class evaluator : python_ops {
       const value* seq = is_int(r) ? &l : is_int(l) ? &r : nullptr;
       const value& times = is_int(r) ? r : l;
       if (seq && (seq->is(value_kind::string) || seq->is(value_kind::array))) {
-        const std::int64_t t = std::max<std::int64_t>(0, as_int(times));
-        const std::size_t unit = seq->is(value_kind::string) ? seq->s.size() : seq->size();
-        if (unit != 0 && static_cast<std::uint64_t>(t) > opt_.limits.max_output_bytes / unit)
-          check_size(opt_.limits.max_output_bytes + 1, line);
-        if (seq->is(value_kind::string)) {
+        // The size (unit times t) checked before anything is allocated; an empty unit gives
+        // an empty result at once, whatever t (no loop of t empty appends).
+        const auto t = static_cast<std::uint64_t>(std::max<std::int64_t>(0, as_int(times)));
+        const bool text = seq->is(value_kind::string);
+        const std::size_t unit = text ? seq->s.size() : seq->size();
+        const std::size_t max = text ? opt_.limits.max_output_bytes : opt_.limits.max_items;
+        if (unit == 0 || t == 0) return text ? value::view("") : value::array({}, seq->aux != 0);
+        if (t > max / unit) {
+          fail_limit(
+              line, "'*' would make ", std::to_string(unit), " x ", std::to_string(t),
+              text ? " bytes, which exceeds the limit of " : " items, which exceeds the limit of ",
+              std::to_string(max),
+              text ? " (render_limits::max_output_bytes)" : " (render_limits::max_items)");
+        }
+        const auto count = static_cast<std::size_t>(t);
+        if (text) {
+          check_size(unit * count, line);
           std::string s;
-          for (std::int64_t k = 0; k < t; ++k) s.append(seq->s);
+          s.reserve(unit * count);
+          for (std::size_t k = 0; k < count; ++k) s.append(seq->s);
           return value::string(std::move(s));
         }
+        check_items(unit * count, line);
         std::vector<value> items;
+        items.reserve(unit * count);
         const std::vector<value> one = iterate(*seq, line);
-        for (std::int64_t k = 0; k < t; ++k) items.insert(items.end(), one.begin(), one.end());
+        for (std::size_t k = 0; k < count; ++k) items.insert(items.end(), one.begin(), one.end());
         return value::array(std::move(items), seq->aux != 0);
       }
     }
@@ -692,6 +915,8 @@ class evaluator : python_ops {
   }
 
   bool compare(op o, const value& l, const value& r, int line) const {
+    if (l.is(value_kind::string) && r.is(value_kind::string))
+      made(std::min(l.s.size(), r.s.size()), line);  // a scan of the texts
     switch (o) {
       case op::eq: return equal(l, r);
       case op::ne: return !equal(l, r);
@@ -699,8 +924,15 @@ class evaluator : python_ops {
       case op::le: return order(l, r, "<=", line) <= 0;
       case op::gt: return order(l, r, ">", line) > 0;
       case op::ge: return order(l, r, ">=", line) >= 0;
-      case op::in: return contains(r, l, line);
-      case op::not_in: return !contains(r, l, line);
+      case op::in:
+      case op::not_in: {
+        // A scan of the container: counted as work.
+        made(r.is(value_kind::string)  ? r.s.size()
+             : r.is(value_kind::array) ? r.size() * 16
+                                       : 0,
+             line);
+        return contains(r, l, line) == (o == op::in);
+      }
       default: return false;
     }
   }
@@ -824,7 +1056,7 @@ class evaluator : python_ops {
         const binder b(a, "raise_exception", n.line, {"message"});
         const value* m = b.get(0);
         raise(error_code::invalid_argument, "chat template line ", n.line,
-              ": raise_exception: ", m ? to_str(*m) : std::string());
+              ": raise_exception: ", m ? str_of(*m, n.line) : std::string());
       }
       case callable_kind::strftime_now: {
         const binder b(a, "strftime_now", n.line, {"format"});
@@ -863,6 +1095,7 @@ class evaluator : python_ops {
                  " items (render_limits)");
     std::vector<value> items;
     const auto n = static_cast<std::int64_t>(count);
+    check_items(static_cast<std::size_t>(n), line);
     items.reserve(static_cast<std::size_t>(n));
     for (std::int64_t k = 0; k < n; ++k) items.push_back(value::integer(start + k * step));
     return value::array(std::move(items));
@@ -954,7 +1187,10 @@ class evaluator : python_ops {
       }
       if (name == "split" || name == "rsplit") {
         const binder b(a, name, line, {"sep", "maxsplit"});
-        return value::array(split(self, b.get(0), b.integer(1, -1), name == "rsplit", line));
+        made(t.size(), line);
+        std::vector<value> parts = split(self, b.get(0), b.integer(1, -1), name == "rsplit", line);
+        check_items(parts.size(), line);
+        return value::array(std::move(parts));
       }
       if (name == "strip" || name == "lstrip" || name == "rstrip") {
         const binder b(a, name, line, {"chars"});
@@ -962,6 +1198,7 @@ class evaluator : python_ops {
       }
       if (name == "upper" || name == "lower") {
         const binder b(a, name, line, {});
+        check_size(t.size(), line);
         std::string s(t);
         for (char& c : s)
           c = name == "upper" ? detail_eval::ascii_upper(c) : detail_eval::ascii_lower(c);
@@ -970,20 +1207,21 @@ class evaluator : python_ops {
       if (name == "replace") {
         const binder b(a, name, line, {"old", "new", "count"});
         if (!b.get(0) || !b.get(1)) fail(line, "replace() takes at least 2 arguments");
-        std::string s = replace_all(t, b.text(0, ""), b.text(1, ""), b.integer(2, -1));
-        check_size(s.size(), line);
-        return value::string(std::move(s));
+        return replaced(t, b.text(0, ""), b.text(1, ""), b.integer(2, -1), line);
       }
       if (name == "title") {
         const binder b(a, name, line, {});
+        check_size(t.size(), line);
         return value::string(py_title(t));
       }
       if (name == "capitalize") {
         const binder b(a, name, line, {});
+        check_size(t.size(), line);
         return value::string(py_capitalize(t));
       }
       if (name == "find" || name == "count") {
         const binder b(a, name, line, {"sub"});
+        made(t.size(), line);  // a scan of the text
         const std::string_view sub = b.text(0, "");
         if (name == "find") {
           const std::size_t at = t.find(sub);
@@ -1006,20 +1244,22 @@ class evaluator : python_ops {
         if (!it) fail(line, "join() takes exactly one argument (0 given)");
         std::string s;
         bool first = true;
-        for (const value& x : iterate(*it, line)) {
+        for (const value& x : items_of(*it, line)) {
           if (!x.is(value_kind::string)) {
             fail(line, "sequence item: expected str instance, ", std::string(type_name(x)),
                  " found");
           }
+          room(s, t.size() + x.s.size(), bound(line));
           if (!first) s.append(t);
           first = false;
           s.append(x.s);
-          check_size(s.size(), line);
         }
+        made(s.size(), line);
         return value::string(std::move(s));
       }
       if (name == "isdigit" || name == "isspace" || name == "isalpha" || name == "isalnum") {
         const binder b(a, name, line, {});
+        made(t.size(), line);  // a scan of the text
         bool r = !t.empty();
         for (const char c : t) {
           const auto u = static_cast<unsigned char>(c);
@@ -1201,15 +1441,13 @@ class evaluator : python_ops {
       rest.pos.assign(a.pos.begin() + static_cast<std::ptrdiff_t>(first + 1), a.pos.end());
     }
     std::vector<value> out;
-    for (const value& x : iterate(v, line)) {
+    for (const value& x : items_of(v, line)) {
       const value y = by_attribute ? attribute_path(x, attr, line) : x;
       const bool r = test.empty() ? truthy(y) : test_by_name(test, y, rest, line);
       if (r == keep) out.push_back(x);
     }
     return value::array(std::move(out));
   }
-
-  std::string string_of(const value& v) const { return to_str(v); }
 
   value filter(filter_id id, std::string_view name, value v, const call_args& a, scope& sc,
                int line) {
@@ -1220,34 +1458,39 @@ class evaluator : python_ops {
       }
       case filter_id::string: {
         const binder b(a, name, line, {});
-        return v.is(value_kind::string) ? v : value::string(to_str(v));
+        return text_of(v, line);
       }
       case filter_id::trim: {
         const binder b(a, name, line, {"chars"});
-        const value s = v.is(value_kind::string) ? v : value::string(to_str(v));
+        const value s = text_of(v, line);
         return strip(s, b.get(0), true, true, line);
       }
       case filter_id::length:
       case filter_id::count: {
         const binder b(a, name, line, {});
+        if (v.is(value_kind::string)) made(v.s.size(), line);  // a scan of the text
         return value::integer(static_cast<std::int64_t>(length(v, line)));
       }
       case filter_id::upper:
       case filter_id::lower: {
         const binder b(a, name, line, {});
-        std::string s = to_str(v);
+        std::string s = str_of(v, line);
+        if (v.is(value_kind::string)) check_size(s.size(), line);
         for (char& c : s)
           c = id == filter_id::upper ? detail_eval::ascii_upper(c) : detail_eval::ascii_lower(c);
         return value::string(std::move(s));
       }
       case filter_id::capitalize: {
         const binder b(a, name, line, {});
-        return value::string(py_capitalize(to_str(v)));
+        const value t = text_of(v, line);
+        check_size(t.s.size(), line);
+        return value::string(py_capitalize(t.s));
       }
       case filter_id::title: {
         // Jinja's own: a word starts after whitespace, '-', '(', '{', '[' or '<'.
         const binder b(a, name, line, {});
-        std::string s = to_str(v);
+        std::string s = str_of(v, line);
+        if (v.is(value_kind::string)) check_size(s.size(), line);
         bool start = true;
         for (char& c : s) {
           const bool sep = detail_eval::is_py_space(static_cast<unsigned char>(c)) || c == '-' ||
@@ -1264,15 +1507,21 @@ class evaluator : python_ops {
       case filter_id::replace: {
         const binder b(a, name, line, {"old", "new", "count"});
         if (!b.get(0) || !b.get(1)) fail(line, "replace needs old and new");
-        const std::string s = to_str(v);
-        std::string r = replace_all(s, to_str(*b.get(0)), to_str(*b.get(1)), b.integer(2, -1));
-        check_size(r.size(), line);
-        return value::string(std::move(r));
+        const value s = text_of(v, line);
+        return replaced(s.s, text_of(*b.get(0), line).s, text_of(*b.get(1), line).s,
+                        b.integer(2, -1), line);
       }
       case filter_id::escape: {
         const binder b(a, name, line, {});
+        const value t = text_of(v, line);
+        std::size_t n = t.s.size();  // the size made, counted before it is allocated
+        for (const char c : t.s) {
+          n += c == '&' || c == '"' || c == '\'' ? 4 : c == '<' || c == '>' ? 3 : 0;
+        }
+        check_size(n, line);
         std::string s;
-        for (const char c : to_str(v)) {
+        s.reserve(n);
+        for (const char c : t.s) {
           switch (c) {
             case '&': s += "&amp;"; break;
             case '<': s += "&lt;"; break;
@@ -1296,7 +1545,8 @@ class evaluator : python_ops {
         }
         const bool first = b.flag(1, false), blank = b.flag(2, false);
         // s + "\n" split into lines (Python's splitlines), joined with "\n" + the indent.
-        std::string s = to_str(v);
+        std::string s = to_str(v, bound(line));
+        made(s.size(), line);
         s += '\n';
         std::vector<std::string_view> lines;
         std::size_t bgn = 0;
@@ -1310,16 +1560,32 @@ class evaluator : python_ops {
           }
         }
         if (bgn < s.size()) lines.push_back(std::string_view(s).substr(bgn));
+        // The size made, counted before it is allocated: each line, a newline between two, the
+        // indent before each indented one.
+        std::size_t padded = first ? 1 : 0, n = lines.empty() ? 0 : lines.size() - 1;
+        for (std::size_t k = 0; k < lines.size(); ++k) {
+          n += lines[k].size();
+          if (k > 0 && (blank || !lines[k].empty())) ++padded;
+        }
+        if (!pad.empty() &&
+            padded > (opt_.limits.max_output_bytes - std::min(n, opt_.limits.max_output_bytes)) /
+                         pad.size()) {
+          fail_limit(line, "indent would make ", std::to_string(n), " + ", std::to_string(padded),
+                     " x ", std::to_string(pad.size()), " bytes, which exceeds the limit of ",
+                     std::to_string(opt_.limits.max_output_bytes),
+                     " (render_limits::max_output_bytes)");
+        }
+        check_size(n + padded * pad.size(), line);
         std::string r;
+        r.reserve(n + padded * pad.size());
+        if (first) r += pad;
         for (std::size_t k = 0; k < lines.size(); ++k) {
           if (k > 0) {
             r += '\n';
             if (blank || !lines[k].empty()) r += pad;
           }
           r.append(lines[k]);
-          check_size(r.size(), line);
         }
-        if (first) r.insert(0, pad);
         return value::string(std::move(r));
       }
       case filter_id::default_: {
@@ -1333,7 +1599,7 @@ class evaluator : python_ops {
         if (v.is(value_kind::array) && v.size() != 0)
           return v.at(id == filter_id::first ? 0 : v.size() - 1);
         if (v.is(value_kind::array) || v.is(value_kind::undefined)) return value::undefined(name);
-        const std::vector<value> items = iterate(v, line);
+        const std::vector<value> items = items_of(v, line);
         if (items.empty()) return value::undefined(name);
         return id == filter_id::first ? items.front() : items.back();
       }
@@ -1349,18 +1615,20 @@ class evaluator : python_ops {
       }
       case filter_id::list: {
         const binder b(a, name, line, {});
-        return value::array(iterate(v, line));
+        return value::array(items_of(v, line));
       }
       case filter_id::reverse: {
         const binder b(a, name, line, {});
         if (v.is(value_kind::string)) {
+          check_size(v.s.size(), line);
+          made(v.s.size() * sizeof(std::size_t), line);
           const auto at = detail_eval::char_starts(v.s);
           std::string s;
           for (std::size_t k = at.size() - 1; k > 0; --k)
             s.append(v.s.substr(at[k - 1], at[k] - at[k - 1]));
           return value::string(std::move(s));
         }
-        std::vector<value> items = iterate(v, line);
+        std::vector<value> items = items_of(v, line);
         std::reverse(items.begin(), items.end());
         return value::array(std::move(items));
       }
@@ -1370,13 +1638,17 @@ class evaluator : python_ops {
         const value* attr = b.get(1);
         std::string s;
         bool first = true;
-        for (const value& x : iterate(v, line)) {
+        for (const value& x : items_of(v, line)) {
+          room(s, sep.size(), bound(line));
           if (!first) s.append(sep);
           first = false;
-          append_str(
-              s, attr && !attr->is(value_kind::none) ? attribute_path(x, to_str(*attr), line) : x);
-          check_size(s.size(), line);
+          append_str(s,
+                     attr && !attr->is(value_kind::none)
+                         ? attribute_path(x, str_of(*attr, line), line)
+                         : x,
+                     bound(line));
         }
+        made(s.size(), line);
         return value::string(std::move(s));
       }
       case filter_id::map: {
@@ -1391,10 +1663,10 @@ class evaluator : python_ops {
           else if (a.pos.empty())
             fail(line, "map got an unexpected keyword argument '", std::string(k), "'");
         }
-        const std::vector<value> items = iterate(v, line);
+        const std::vector<value> items = items_of(v, line);
         if (attr) {
           for (const value& x : items) {
-            value y = attribute_path(x, to_str(*attr), line);
+            value y = attribute_path(x, str_of(*attr, line), line);
             if (y.is(value_kind::undefined) && dflt) y = *dflt;
             out.push_back(std::move(y));
           }
@@ -1509,10 +1781,11 @@ class evaluator : python_ops {
       }
       case filter_id::wordcount: {
         const binder b(a, name, line, {});
-        const std::string s = to_str(v);
+        const value s = text_of(v, line);
+        made(s.s.size(), line);
         std::int64_t n = 0;
         bool in_word = false;
-        for (const char c : s) {
+        for (const char c : s.s) {
           const bool w = detail_eval::ascii_alpha(c) || (c >= '0' && c <= '9') || c == '_' ||
                          (static_cast<unsigned char>(c) & 0x80);
           if (w && !in_word) ++n;
@@ -1548,8 +1821,8 @@ class evaluator : python_ops {
         }
         f.sort_keys = b.flag(3, false);
         std::string s;
-        append_json(s, v, f);
-        check_size(s.size(), line);
+        append_json(s, v, f, bound(line));
+        made(s.size(), line);
         return value::string(std::move(s));
       }
       case filter_id::sort:
@@ -1564,10 +1837,11 @@ class evaluator : python_ops {
         const bool reverse = sort && b.flag(0, false);
         const bool case_sensitive = b.flag(sort ? 1 : 0, false);
         const value* attr = b.get(sort ? 2 : 1);
-        std::vector<value> items = iterate(v, line);
+        std::vector<value> items = items_of(v, line);
         const auto key = [&](const value& x) {
-          value k =
-              attr && !attr->is(value_kind::none) ? attribute_path(x, to_str(*attr), line) : x;
+          value k = attr && !attr->is(value_kind::none)
+                        ? attribute_path(x, str_of(*attr, line), line)
+                        : x;
           if (!case_sensitive && k.is(value_kind::string)) {
             std::string s(k.s);
             for (char& c : s) c = detail_eval::ascii_lower(c);
@@ -1579,6 +1853,7 @@ class evaluator : python_ops {
           std::vector<value> out, seen;
           for (const value& x : items) {
             const value k = key(x);
+            made(seen.size() * 16, line);  // the comparisons below (quadratic in the worst case)
             if (std::none_of(seen.begin(), seen.end(),
                              [&](const value& s) { return equal(s, k); })) {
               seen.push_back(k);
@@ -1630,11 +1905,12 @@ class evaluator : python_ops {
         const binder b(a, name, line, {"attribute", "start"});
         const value* attr = b.get(0);
         value total = b.get(1, value::integer(0));
-        for (const value& x : iterate(v, line)) {
-          total = binary(
-              op::add, total,
-              attr && !attr->is(value_kind::none) ? attribute_path(x, to_str(*attr), line) : x,
-              line);
+        for (const value& x : items_of(v, line)) {
+          total =
+              add(std::move(total),
+                  attr && !attr->is(value_kind::none) ? attribute_path(x, str_of(*attr, line), line)
+                                                      : x,
+                  line);
         }
         return total;
       }
@@ -1647,6 +1923,7 @@ class evaluator : python_ops {
   std::string* out_;
   scope* top_ = nullptr;
   std::size_t iterations_ = 0;
+  mutable std::size_t work_ = 0;  // bytes made or scanned (render_limits::max_work_bytes)
   std::size_t depth_ = 0;
   std::size_t eval_depth_ = 0;
 };

@@ -52,6 +52,20 @@ inline std::vector<std::size_t> char_starts(std::string_view s) {
   return at;
 }
 
+// The length in bytes of the code point at s[k], as decode and char_starts step.
+inline std::size_t step(std::string_view s, std::size_t k) {
+  std::size_t len = 1;
+  decode(s, k, len);
+  return len;
+}
+
+// The number of code points as char_starts counts them (its size - 1), without the table.
+inline std::size_t code_points(std::string_view s) {
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < s.size(); k += step(s, k)) ++n;
+  return n;
+}
+
 inline std::size_t char_count(std::string_view s) {
   std::size_t n = 0;
   for (const char c : s) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
@@ -405,9 +419,12 @@ struct python_ops {
     return parts;
   }
 
+  // size: the result's size when the caller computed it (checked against its limit first),
+  // reserved at once.
   static std::string replace_all(std::string_view t, std::string_view from, std::string_view to,
-                                 std::int64_t count) {
+                                 std::int64_t count, std::size_t size = 0) {
     std::string out;
+    out.reserve(size);
     if (from.empty()) {
       // Python inserts `to` around every character.
       std::int64_t done = 0;

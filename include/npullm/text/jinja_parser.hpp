@@ -14,7 +14,14 @@
 // parse time: an unknown one, or a statement this interpreter does not implement ({% include %},
 // {% extends %}, {% block %}, {% import %}, {% call %}, {% do %}, ...), is refused here with
 // error_code::unsupported naming it and its line; a syntax error is corrupt_data with its line.
-// Nesting deeper than parse_limits::max_depth is refused too (the parser recurses).
+// Nesting deeper than parse_limits::max_depth is refused too (capacity_exhausted naming the
+// limit): the parser, the interpreter and fix_literals recurse on the tree, so every path that
+// makes the tree deeper takes one level of that one budget: a block inside a block, an
+// expression inside brackets, each link of a chain of filters, tests, attributes, subscripts
+// or calls (x|trim|trim, x.a.a), of conditional expressions (a if b if c) and each elif.
+// Operators of one precedence (a ~ b ~ c, a + b - c, a and b and c) are one node whatever
+// their number, evaluated by a loop: a chain of 200,000 terms parses and renders. Trees are
+// freed without recursion (node's destructor).
 #pragma once
 
 #include <array>
@@ -59,7 +66,8 @@ enum class node_kind : std::uint8_t {
   filter,     // kids[0] | op(kids[1..]); names as call; text: the filter's name
   test,       // kids[0] is [not] op(kids[1..]); negated; text: the test's name
   unary,      // op: not / neg / pos; kids[0]
-  binary,     // op; kids[0], kids[1]
+  binary,     // kids[0] ops[0] kids[1] ops[1] kids[2] ...: left-associative operators of one
+              // precedence, applied left to right (((k0 o0 k1) o1 k2) ...), and / or short-cut
   compare,    // kids[0] ops[0] kids[1] ops[1] kids[2] ... (chained as Python chains them)
   condition,  // kids[1] ? kids[0] : kids[2] (kids[2] null: undefined)
 };
@@ -240,7 +248,12 @@ inline constexpr std::array<std::pair<std::string_view, test_id>, 36> test_names
 }};
 
 struct node {
-  node_kind kind;
+  node() = default;
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+  ~node();
+
+  node_kind kind = node_kind::data;
   int line = 0;
   std::uint8_t id = 0;  // op, filter_id or test_id
   bool negated = false;
@@ -253,8 +266,35 @@ struct node {
 };
 using node_ptr = std::unique_ptr<node>;
 
+// A tree is freed with an explicit stack: each node's children are moved onto it before the
+// node goes, so freeing never recurses, however deep the tree (a node freed from the stack has
+// no children left and frees nothing more).
+inline node::~node() {
+  std::vector<node_ptr> pending;
+  const auto take = [&pending](std::vector<node_ptr>& from) {
+    for (auto& k : from) {
+      if (k) pending.push_back(std::move(k));
+    }
+    from.clear();
+  };
+  take(kids);
+  take(body);
+  take(orelse);
+  while (!pending.empty()) {
+    node_ptr n = std::move(pending.back());
+    pending.pop_back();
+    take(n->kids);
+    take(n->body);
+    take(n->orelse);
+  }
+}
+
 struct parse_limits {
-  std::size_t max_depth = 256;  // nesting of blocks and expressions
+  // Nesting of blocks and expressions, chains of filters / tests / attributes / subscripts /
+  // calls / conditional expressions and elif chains all count: a template deeper than this is
+  // capacity_exhausted (the parser and the interpreter recurse on the tree, about 0.3-1 KiB of
+  // stack a level in a release build: 256 keeps a render well inside a 1 MiB stack).
+  std::size_t max_depth = 256;
 };
 
 namespace detail_parse {
@@ -608,17 +648,36 @@ class parser {
   }
 
  private:
-  // A nesting level: refused past max_depth, since the parser and the interpreter recurse.
-  struct level {
-    explicit level(parser& p) : p_(p) {
-      if (++p_.depth_ > p_.limits_.max_depth)
-        raise(error_code::capacity_exhausted, "chat template line ", p_.cur().line,
-              ": nested deeper than ", p_.limits_.max_depth, " levels");
+  // One level deeper: refused past max_depth, since the parser and the interpreter recurse.
+  void enter() {
+    if (depth_ + 1 > limits_.max_depth) {
+      raise(error_code::capacity_exhausted, "chat template line ", cur().line,
+            ": nested deeper than ", limits_.max_depth,
+            " levels (parse_limits::max_depth; blocks, brackets and each link of a chain of "
+            "filters, attributes, subscripts, calls or elifs count)");
     }
+    ++depth_;
+  }
+  struct level {
+    explicit level(parser& p) : p_(p) { p_.enter(); }
     ~level() { --p_.depth_; }
     level(const level&) = delete;
     level& operator=(const level&) = delete;
     parser& p_;
+  };
+  // The levels a chain takes, one a link (the tree grows one node deeper a link), given back
+  // when the chain is parsed.
+  struct chain {
+    explicit chain(parser& p) : p_(p) {}
+    void link() {
+      p_.enter();
+      ++n_;
+    }
+    ~chain() { p_.depth_ -= n_; }
+    chain(const chain&) = delete;
+    chain& operator=(const chain&) = delete;
+    parser& p_;
+    std::size_t n_ = 0;
   };
 
   const token& cur() const { return t_[pos_]; }
@@ -755,6 +814,8 @@ class parser {
   }
 
   node_ptr if_statement(int line) {
+    // An elif is an if_ inside the orelse: each one is a level deeper.
+    level guard(*this);
     auto n = make(node_kind::if_, line);
     n->kids.push_back(expression());
     expect_block_end();
@@ -890,8 +951,10 @@ class parser {
 
   node_ptr ternary(bool with_condition) {
     level guard(*this);
+    chain links(*this);  // a if b if c: each condition one node deeper
     auto e = or_expr();
     while (with_condition && is_name("if")) {
+      links.link();
       ++pos_;
       auto c = make(node_kind::condition, e->line);
       auto cond = or_expr();
@@ -908,27 +971,35 @@ class parser {
     return e;
   }
 
-  node_ptr binary(node_ptr l, op o, node_ptr r) {
-    auto n = make(node_kind::binary, l->line);
-    n->id = static_cast<std::uint8_t>(o);
-    n->kids.push_back(std::move(l));
-    n->kids.push_back(std::move(r));
-    return n;
+  // l o r, where l is the chain this precedence's loop is building (grown: it made l) or its
+  // first operand: one node for the whole chain, so that its length costs no depth.
+  node_ptr binary(node_ptr l, bool& grown, op o, node_ptr r) {
+    if (!grown) {
+      auto n = make(node_kind::binary, l->line);
+      n->kids.push_back(std::move(l));
+      l = std::move(n);
+      grown = true;
+    }
+    l->ops.push_back(o);
+    l->kids.push_back(std::move(r));
+    return l;
   }
 
   node_ptr or_expr() {
     auto l = and_expr();
+    bool grown = false;
     while (is_name("or")) {
       ++pos_;
-      l = binary(std::move(l), op::or_, and_expr());
+      l = binary(std::move(l), grown, op::or_, and_expr());
     }
     return l;
   }
   node_ptr and_expr() {
     auto l = not_expr();
+    bool grown = false;
     while (is_name("and")) {
       ++pos_;
-      l = binary(std::move(l), op::and_, not_expr());
+      l = binary(std::move(l), grown, op::and_, not_expr());
     }
     return l;
   }
@@ -980,13 +1051,14 @@ class parser {
   }
   node_ptr math1() {
     auto l = concat();
+    bool grown = false;
     for (;;) {
       if (is_op("+")) {
         ++pos_;
-        l = binary(std::move(l), op::add, concat());
+        l = binary(std::move(l), grown, op::add, concat());
       } else if (is_op("-")) {
         ++pos_;
-        l = binary(std::move(l), op::sub, concat());
+        l = binary(std::move(l), grown, op::sub, concat());
       } else {
         return l;
       }
@@ -994,14 +1066,16 @@ class parser {
   }
   node_ptr concat() {
     auto l = math2();
+    bool grown = false;
     while (is_op("~")) {
       ++pos_;
-      l = binary(std::move(l), op::concat, math2());
+      l = binary(std::move(l), grown, op::concat, math2());
     }
     return l;
   }
   node_ptr math2() {
     auto l = power();
+    bool grown = false;
     for (;;) {
       op o;
       if (is_op("*"))
@@ -1015,14 +1089,15 @@ class parser {
       else
         return l;
       ++pos_;
-      l = binary(std::move(l), o, power());
+      l = binary(std::move(l), grown, o, power());
     }
   }
   node_ptr power() {
     auto l = unary(true);
+    bool grown = false;
     while (is_op("**")) {
       ++pos_;
-      l = binary(std::move(l), op::pow, unary(true));
+      l = binary(std::move(l), grown, op::pow, unary(true));
     }
     return l;
   }
@@ -1131,8 +1206,11 @@ class parser {
     syntax(line, "unexpected ", shown(t), " in an expression");
   }
 
+  // x.a[b](c)...: each link wraps the chain so far, one node deeper.
   node_ptr postfix(node_ptr n) {
+    chain links(*this);
     for (;;) {
+      if (is_op(".") || is_op("[") || is_op("(")) links.link();
       if (is_op(".")) {
         ++pos_;
         auto a = make(node_kind::attribute, n->line);
@@ -1245,8 +1323,11 @@ class parser {
     return f;
   }
 
+  // x | f | g is x tests ...: each link wraps the chain so far, one node deeper.
   node_ptr filter_expr(node_ptr n) {
+    chain links(*this);
     for (;;) {
+      if (is_op("|") || is_name("is")) links.link();
       if (is_op("|")) {
         ++pos_;
         n = filter(std::move(n));
@@ -1306,15 +1387,21 @@ class parser {
 };
 
 // String literals view their node's own text: pointed there once the nodes no longer move.
-inline void fix_literals(node& n) {
-  if (n.kind == node_kind::literal && n.literal.kind == value_kind::string) {
-    n.literal = value::view(n.text);
+// A walk with an explicit stack (no recursion, whatever the tree's depth).
+inline void fix_literals(node& root) {
+  std::vector<node*> pending{&root};
+  while (!pending.empty()) {
+    node& n = *pending.back();
+    pending.pop_back();
+    if (n.kind == node_kind::literal && n.literal.kind == value_kind::string) {
+      n.literal = value::view(n.text);
+    }
+    for (const auto* list : {&n.kids, &n.body, &n.orelse}) {
+      for (const auto& k : *list) {
+        if (k) pending.push_back(k.get());
+      }
+    }
   }
-  for (auto& k : n.kids) {
-    if (k) fix_literals(*k);
-  }
-  for (auto& k : n.body) fix_literals(*k);
-  for (auto& k : n.orelse) fix_literals(*k);
 }
 
 }  // namespace detail_parse

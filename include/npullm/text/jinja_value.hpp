@@ -76,7 +76,8 @@ struct loop_data;
 
 struct value {
   value_kind kind = value_kind::undefined;
-  std::uint8_t aux = 0;                       // array: tuple; undefined: undefined_from
+  std::uint8_t aux = 0;  // array: tuple; undefined: undefined_from; string: 1 when owner is a
+                         // std::string whose whole text s is (made by value::string)
   value_kind parent = value_kind::undefined;  // undefined: the kind of the object it was read from
   union {
     bool b;
@@ -112,9 +113,23 @@ struct value {
   static value string(std::string text) {
     auto p = std::make_shared<std::string>(std::move(text));
     value r = with(value_kind::string);
+    r.aux = 1;
     r.s = *p;
     r.owner = std::move(p);
     return r;
+  }
+  // The std::string this string value alone owns, all of whose text it is, or nullptr: then an
+  // operation may grow it in place (s ~ t, s + t, xs + ys with this value consumed) instead of
+  // copying, since nothing else can see the change. Re-point s after changing it.
+  [[nodiscard]] std::string* sole_text() const {
+    if (kind != value_kind::string || aux != 1 || owner.use_count() != 1) return nullptr;
+    auto* p = static_cast<std::string*>(owner.get());
+    return p->data() == s.data() && p->size() == s.size() ? p : nullptr;
+  }
+  // The array_data this list alone owns (not borrowed, no other value shares it), or nullptr.
+  [[nodiscard]] array_data* sole_items() const {
+    if (kind != value_kind::array || borrowed() || owner.use_count() != 1) return nullptr;
+    return &arr();
   }
   static value array(std::vector<value> items, bool tuple = false) {
     nesting n;
@@ -255,6 +270,34 @@ inline value* object_data::find(std::string_view key) {
   return nullptr;
 }
 
+// How much text may be made while printing a value (str(), repr(), tojson): past max bytes
+// the print is refused (capacity_exhausted, naming line and the limit) before the piece that
+// would cross it is appended, so printing a list of a million 16 MiB strings allocates at most
+// max (plus a few bytes of punctuation), not the terabytes it would take. Printing recurses
+// once a level of nesting: the caller's JSON (not bounded by max_nesting) nested deeper than
+// max_print_depth is refused likewise.
+inline constexpr int max_print_depth = 1024;
+struct text_bound {
+  std::size_t max = SIZE_MAX;
+  int line = 0;
+};
+
+// Room for n more bytes after out's: refused before the append when it would pass b.max.
+inline void room(const std::string& out, std::size_t n, const text_bound& b) {
+  if (n > b.max || out.size() > b.max - n) {
+    raise(error_code::capacity_exhausted, "chat template line ", b.line, ": text of ", out.size(),
+          " + ", n, " bytes exceeds the limit of ", b.max,
+          " bytes (render_limits::max_output_bytes)");
+  }
+}
+
+inline void print_depth(int depth, const text_bound& b) {
+  if (depth > max_print_depth) {
+    raise(error_code::capacity_exhausted, "chat template line ", b.line,
+          ": a value nested deeper than ", max_print_depth, " levels cannot be printed");
+  }
+}
+
 // Python's name of a value's type, as its TypeErrors say ('NoneType', 'str', ...).
 inline std::string_view type_name(const value& v) {
   switch (v.kind) {
@@ -325,14 +368,17 @@ inline void append_float(std::string& out, double d) {
   }
 }
 
-void append_repr(std::string& out, const value& v);
+void append_repr(std::string& out, const value& v, const text_bound& b = {}, int depth = 0);
 
 // Python's repr() of a str: single quotes unless the text has ' and no ".
-inline void append_string_repr(std::string& out, std::string_view s) {
+inline void append_string_repr(std::string& out, std::string_view s, const text_bound& b = {}) {
   const bool dq = s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos;
   const char q = dq ? '"' : '\'';
+  room(out, s.size() + 2, b);  // at least this; escapes add more, checked every 4 KiB
   out += q;
-  for (const char c : s) {
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    if ((k & 4095) == 0) room(out, std::min<std::size_t>(s.size() - k, 4096), b);
+    const char c = s[k];
     const auto u = static_cast<unsigned char>(c);
     if (c == q || c == '\\') {
       out += '\\';
@@ -355,35 +401,40 @@ inline void append_string_repr(std::string& out, std::string_view s) {
 }
 
 // str(v) appended: what {{ v }} prints. Undefined prints nothing.
-inline void append_str(std::string& out, const value& v) {
+inline void append_str(std::string& out, const value& v, const text_bound& b = {}) {
   switch (v.kind) {
     case value_kind::undefined: return;
     case value_kind::none: out += "None"; return;
     case value_kind::boolean: out += v.b ? "True" : "False"; return;
     case value_kind::integer: out += std::to_string(v.i); return;
     case value_kind::floating: append_float(out, v.d); return;
-    case value_kind::string: out += v.s; return;
-    default: append_repr(out, v);
+    case value_kind::string:
+      room(out, v.s.size(), b);
+      out += v.s;
+      return;
+    default: append_repr(out, v, b);
   }
 }
 
-inline std::string to_str(const value& v) {
+inline std::string to_str(const value& v, const text_bound& b = {}) {
   std::string out;
-  append_str(out, v);
+  append_str(out, v, b);
   return out;
 }
 
-inline void append_repr(std::string& out, const value& v) {
+inline void append_repr(std::string& out, const value& v, const text_bound& b, int depth) {
   switch (v.kind) {
-    case value_kind::string: append_string_repr(out, v.s); return;
+    case value_kind::string: append_string_repr(out, v.s, b); return;
     case value_kind::undefined: return;
     case value_kind::array: {
+      print_depth(depth, b);
       const bool tuple = v.aux != 0;
       out += tuple ? '(' : '[';
       const std::size_t n = v.size();
       for (std::size_t k = 0; k < n; ++k) {
+        room(out, 2, b);
         if (k) out += ", ";
-        append_repr(out, v.at(k));
+        append_repr(out, v.at(k), b, depth + 1);
       }
       if (tuple && n == 1) out += ',';
       out += tuple ? ')' : ']';
@@ -391,21 +442,23 @@ inline void append_repr(std::string& out, const value& v) {
     }
     case value_kind::object:
     case value_kind::space: {
+      print_depth(depth, b);
       out += v.kind == value_kind::space ? "<Namespace {" : "{";
       bool first = true;
       v.each_entry([&](std::string_view k, const value& x) {
+        room(out, 4, b);
         if (!first) out += ", ";
         first = false;
-        append_string_repr(out, k);
+        append_string_repr(out, k, b);
         out += ": ";
-        append_repr(out, x);
+        append_repr(out, x, b, depth + 1);
       });
       out += v.kind == value_kind::space ? "}>" : "}";
       return;
     }
     case value_kind::callable: out += "<function>"; return;
     case value_kind::loop: out += "<LoopContext>"; return;
-    default: append_str(out, v);
+    default: append_str(out, v, b);
   }
 }
 
@@ -422,9 +475,16 @@ struct json_format {
 
 namespace detail_json {
 
-inline void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+inline void append_json_string(std::string& out, std::string_view s, bool ensure_ascii,
+                               const text_bound& b) {
+  room(out, s.size() + 2, b);  // at least this; escapes add more, checked every 4 KiB
   out += '"';
+  std::size_t next_check = 0;
   for (std::size_t k = 0; k < s.size(); ++k) {
+    if (k >= next_check) {  // k may step over a multiple of 4096 (a UTF-8 sequence)
+      room(out, std::min<std::size_t>(s.size() - k, 4096), b);
+      next_check = k + 4096;
+    }
     const char c = s[k];
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
@@ -462,7 +522,11 @@ inline void append_json_string(std::string& out, std::string_view s, bool ensure
   out += '"';
 }
 
-inline void newline(std::string& out, const json_format& f, int level) {
+inline void newline(std::string& out, const json_format& f, int level, const text_bound& b) {
+  const auto n = static_cast<std::size_t>(level);
+  room(out, 1, b);
+  if (!f.indent.empty() && n > b.max / f.indent.size()) room(out, b.max, b);  // refused
+  room(out, 1 + n * f.indent.size(), b);
   out += '\n';
   for (int k = 0; k < level; ++k) out += f.indent;
 }
@@ -471,7 +535,8 @@ inline void newline(std::string& out, const json_format& f, int level) {
 
 // Appends json.dumps(v, ...); a value JSON has no form for (undefined, a namespace, a macro)
 // is Python's TypeError.
-inline void append_json(std::string& out, const value& v, const json_format& f, int level = 0) {
+inline void append_json(std::string& out, const value& v, const json_format& f,
+                        const text_bound& b = {}, int level = 0) {
   using namespace detail_json;
   switch (v.kind) {
     case value_kind::none: out += "null"; return;
@@ -486,8 +551,9 @@ inline void append_json(std::string& out, const value& v, const json_format& f, 
         append_float(out, v.d);
       }
       return;
-    case value_kind::string: append_json_string(out, v.s, f.ensure_ascii); return;
+    case value_kind::string: append_json_string(out, v.s, f.ensure_ascii, b); return;
     case value_kind::array: {
+      print_depth(level, b);
       const std::size_t n = v.size();
       if (n == 0) {
         out += "[]";
@@ -495,15 +561,17 @@ inline void append_json(std::string& out, const value& v, const json_format& f, 
       }
       out += '[';
       for (std::size_t k = 0; k < n; ++k) {
+        room(out, f.item_sep.size(), b);
         if (k) out += f.item_sep;
-        if (f.indented) newline(out, f, level + 1);
-        append_json(out, v.at(k), f, level + 1);
+        if (f.indented) newline(out, f, level + 1, b);
+        append_json(out, v.at(k), f, b, level + 1);
       }
-      if (f.indented) newline(out, f, level);
+      if (f.indented) newline(out, f, level, b);
       out += ']';
       return;
     }
     case value_kind::object: {
+      print_depth(level, b);
       std::vector<std::pair<std::string_view, value>> entries;
       v.each_entry([&](std::string_view k, const value& x) { entries.emplace_back(k, x); });
       if (entries.empty()) {
@@ -517,14 +585,15 @@ inline void append_json(std::string& out, const value& v, const json_format& f, 
       out += '{';
       bool first = true;
       for (const auto& [k, x] : entries) {
+        room(out, f.item_sep.size() + f.key_sep.size(), b);
         if (!first) out += f.item_sep;
         first = false;
-        if (f.indented) newline(out, f, level + 1);
-        append_json_string(out, k, f.ensure_ascii);
+        if (f.indented) newline(out, f, level + 1, b);
+        append_json_string(out, k, f.ensure_ascii, b);
         out += f.key_sep;
-        append_json(out, x, f, level + 1);
+        append_json(out, x, f, b, level + 1);
       }
-      if (f.indented) newline(out, f, level);
+      if (f.indented) newline(out, f, level, b);
       out += '}';
       return;
     }
