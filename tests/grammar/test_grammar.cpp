@@ -3,10 +3,17 @@
 // (partial UTF-8, classes, repetitions), the token matcher over a small made-up vocabulary
 // (masks against a brute-force reference, EOG, control tokens, rollback, fork).
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -616,6 +623,348 @@ TEST(grammar_cache, one_grammar_serves_several_threads) {
   }
   EXPECT_EQ(cache.misses(), 1u);
   EXPECT_EQ(cache.hits(), static_cast<std::size_t>(threads - 1));
+}
+
+// ---- Hostile inputs: bounded in time, memory and stack ------------------------------------
+
+// What f did, run in a forked child under a 4 GiB address-space limit (not under ASan, whose
+// shadow memory needs more) and a 10 s alarm, on a thread with `stack` bytes of stack: "ok "
+// and f's text, "error <code>: <message>" for an npullm::error, or how the child died
+// (a signal: SIGALRM is the time limit, SIGSEGV the stack; "bad_alloc" the memory limit).
+struct bounded {
+  std::string what;
+  double seconds = 0;
+};
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool under_asan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool under_asan = true;
+#else
+constexpr bool under_asan = false;
+#endif
+#else
+constexpr bool under_asan = false;
+#endif
+
+bounded run_bounded(const std::function<std::string()>& f, std::size_t stack = 4u << 20) {
+  int fds[2];
+  if (pipe(fds) != 0) return {"pipe failed"};
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    if (!under_asan) {
+      const rlimit as{4ull << 30, 4ull << 30};
+      setrlimit(RLIMIT_AS, &as);
+    }
+    alarm(10);
+    struct job {
+      const std::function<std::string()>* f;
+      std::string out;
+    } j{&f, {}};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, under_asan ? stack * 4 : stack);  // ASan's frames are larger
+    pthread_t th;
+    const auto body = [](void* p) -> void* {
+      auto* jb = static_cast<job*>(p);
+      try {
+        jb->out = "ok " + (*jb->f)();
+      } catch (const npullm::error& e) {
+        jb->out =
+            "error " + std::string(npullm::to_string(e.code())) + ": " + std::string(e.message());
+      } catch (const std::bad_alloc&) {
+        jb->out = "bad_alloc";
+      } catch (const std::exception& e) {
+        jb->out = std::string("other exception: ") + e.what();
+      }
+      return nullptr;
+    };
+    if (pthread_create(&th, &attr, body, &j) != 0) _exit(3);
+    pthread_join(th, nullptr);
+    const char* p = j.out.data();
+    for (std::size_t left = j.out.size(); left > 0;) {
+      const ssize_t w = write(fds[1], p, left);
+      if (w <= 0) break;
+      p += w;
+      left -= static_cast<std::size_t>(w);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (WIFSIGNALED(status))
+    return {"killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+                strsignal(WTERMSIG(status)) + ")",
+            s};
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return {"exit status " + std::to_string(WEXITSTATUS(status)), s};
+  return {out, s};
+}
+
+std::string repeat_text(std::string_view s, std::size_t n) {
+  std::string out;
+  out.reserve(s.size() * n);
+  for (std::size_t k = 0; k < n; ++k) out += s;
+  return out;
+}
+
+// A GBNF grammar compiled (and run on `text` when given): "ok <rules> rules[ match|no match]".
+std::function<std::string()> gbnf_job(std::string grammar_text,
+                                      std::optional<std::string> text = {}) {
+  return [g = std::move(grammar_text), text] {
+    grammar gr = parse_gbnf(g);
+    std::string out = std::to_string(gr.rule_names.size()) + " rules";
+    if (text) out += byte_automaton(std::move(gr)).matches(*text) ? " match" : " no match";
+    return out;
+  };
+}
+std::function<std::string()> schema_job(std::string schema,
+                                        std::vector<std::pair<std::string, bool>> texts = {}) {
+  return [s = std::move(schema), texts] {
+    byte_automaton a(json_schema_grammar(s));
+    std::string out = std::to_string(a.rules().rule_names.size()) + " rules";
+    for (const auto& [t, want] : texts)
+      if (a.matches(t) != want) out += " WRONG on '" + t.substr(0, 40) + "'";
+    return out;
+  };
+}
+
+// Each hostile shape gets what is stated, within the 10 s alarm (and a tighter bound where
+// the point is that the size is checked before anything is expanded).
+void expect_bounded(const char* name, const std::function<std::string()>& job,
+                    std::string_view expected_prefix, std::string_view expected_part = {},
+                    double max_seconds = 10) {
+  const bounded r = run_bounded(job);
+  std::printf("  %-34s %6.3f s  %.150s\n", name, r.seconds, r.what.c_str());
+  EXPECT_EQ(r.what.substr(0, expected_prefix.size()), expected_prefix) << name << ": " << r.what;
+  EXPECT_NE(r.what.find(expected_part), std::string::npos) << name << ": " << r.what;
+  EXPECT_EQ(r.what.find("WRONG"), std::string::npos) << name << ": " << r.what;
+  EXPECT_LT(r.seconds, max_seconds) << name;
+}
+
+TEST(hostile, gbnf_shapes) {
+  // Groups nested 100,000 deep: refused by the depth budget while parsing (the parser
+  // recurses once per group), on a 4 MiB stack.
+  expect_bounded(
+      "gbnf groups 100000 deep",
+      gbnf_job("root ::= " + repeat_text("(", 100000) + "\"a\"" + repeat_text(")", 100000)),
+      "error capacity_exhausted", "max_depth", 2);
+  // Within the budget: 300 groups compile.
+  expect_bounded(
+      "gbnf groups 300 deep",
+      gbnf_job("root ::= " + repeat_text("(", 300) + "\"a\"" + repeat_text(")", 300), "a"), "ok",
+      "match");
+  // 100,000 repetition operators on one item: one level each.
+  expect_bounded("gbnf \"a\"{2}{2}... x100000",
+                 gbnf_job("root ::= \"a\"" + repeat_text("{2}", 100000)),
+                 "error capacity_exhausted", "max_depth", 2);
+  // 10^5 rules, each referring to the next at its left edge: linear left-recursion check.
+  {
+    std::string g = "root ::= r1 \"x\"\n";
+    for (int k = 1; k < 100000; ++k)
+      g.append("r")
+          .append(std::to_string(k))
+          .append(" ::= r")
+          .append(std::to_string(k + 1))
+          .append(" \"x\"\n");
+    g += "r100000 ::= \"b\"\n";
+    expect_bounded("gbnf 10^5 rules chained", gbnf_job(g, "b" + std::string(100000, 'x')), "ok",
+                   "100001 rules match", 5);
+    // The same closed into a cycle: left recursion, found as fast.
+    g.replace(g.find("r100000 ::= \"b\""), 16, "r100000 ::= root \"x\" | \"b\"");
+    expect_bounded("gbnf 10^5 rules left recursive", gbnf_job(g), "error invalid_argument",
+                   "left recursive", 5);
+  }
+  // {0,99999} written 100 times: one shared chain, compiled.
+  expect_bounded("gbnf \"a\"{0,99999} x100",
+                 gbnf_job("root ::= " + repeat_text("\"a\"{0,99999} ", 100), "aaaa"), "ok", "match",
+                 5);
+  // ... over 100 different elements: 10^7 rules, refused by the rule budget.
+  {
+    std::string g = "root ::=";
+    for (int k = 0; k < 100; ++k) {
+      g.append(" [\\x").push_back("0123456789"[k / 10]);
+      g.append(1, "0123456789"[k % 10]).append("]{0,99999}");
+    }
+    expect_bounded("gbnf 100 classes {0,99999}", gbnf_job(g), "error capacity_exhausted",
+                   "max_rules", 5);
+  }
+  // Nested counted repetition: x{0,10^9} after folding, refused before anything is made
+  // (it grew to 24 GB before).
+  expect_bounded("gbnf ((\"a\"{0,1000}){0,1000}){0,1000}",
+                 gbnf_job("root ::= ((\"a\"{0,1000}){0,1000}){0,1000}"), "error capacity_exhausted",
+                 "max_rules", 1);
+  expect_bounded("gbnf ((\"a\"{99999}){99999}){99999}",
+                 gbnf_job("root ::= ((\"a\"{99999}){99999}){99999}"), "ok", "rules", 5);
+  expect_bounded("gbnf ((\"a\"{1,99999}){2,99999})",
+                 gbnf_job("root ::= ((\"a\"{1,99999}){2,99999})", "aaa"), "ok", "match", 5);
+}
+
+TEST(hostile, json_schema_shapes) {
+  // Nested 100,000 deep (properties, a const of arrays): refused by the document's depth.
+  {
+    std::string s;
+    for (int k = 0; k < 100000; ++k) s += R"({"properties": {"a": )";
+    s += "{}";
+    for (int k = 0; k < 100000; ++k) s += "}}";
+    expect_bounded("schema properties 100000 deep", schema_job(s), "error capacity_exhausted",
+                   "max_depth", 3);
+    expect_bounded(
+        "schema const [[[...]]] 100000 deep",
+        schema_job(R"({"const": )" + repeat_text("[", 100000) + repeat_text("]", 100000) + "}"),
+        "error capacity_exhausted", "max_depth", 3);
+  }
+  // 500 levels, within the budget: compiled, the recursion on a 4 MiB stack.
+  {
+    std::string s, good = "1";
+    for (int k = 0; k < 500; ++k) s += R"({"type": "object", "properties": {"a": )";
+    s += R"({"type": "integer"})";
+    for (int k = 0; k < 500; ++k) {
+      s += "}}";
+      good.insert(0, "{\"a\": ").append("}");
+    }
+    expect_bounded("schema properties 500 deep", schema_job(s, {{good, true}}), "ok", "rules");
+  }
+  // A chain of 2,000 references, deeper than the document: the subschema depth budget.
+  {
+    std::string s = R"({"$defs": {)";
+    for (int k = 0; k < 2000; ++k)
+      s.append("\"d")
+          .append(std::to_string(k))
+          .append(R"(": {"type": "array", "items": {"$ref": "#/$defs/d)")
+          .append(std::to_string(k + 1))
+          .append("\"}},");
+    s += R"("d2000": {"type": "integer"}}, "$ref": "#/$defs/d0"})";
+    expect_bounded("schema $ref chain 2000", schema_job(s), "error capacity_exhausted", "max_depth",
+                   3);
+  }
+  // allOf fan-out: d_i is allOf of two references to d_{i-1}, 40 levels (2^40 merges).
+  {
+    std::string s =
+        R"({"$defs": {"d0": {"type": "object", "properties": {"a": {"type": "integer"}}},)";
+    for (int k = 1; k <= 40; ++k)
+      s.append("\"d")
+          .append(std::to_string(k))
+          .append(R"(": {"allOf": [{"$ref": "#/$defs/d)")
+          .append(std::to_string(k - 1))
+          .append(R"("}, {"$ref": "#/$defs/d)")
+          .append(std::to_string(k - 1))
+          .append("\"}]}")
+          .append(k < 40 ? "," : "");
+    s += R"(}, "$ref": "#/$defs/d40"})";
+    // Merged as met: each level's two parts are equal (one merge a level, not 2^40).
+    expect_bounded("schema allOf fan-out 2^40",
+                   schema_job(s, {{R"({"a": 1})", true}, {R"({"a": "x"})", false}}), "ok", "rules",
+                   2);
+    // Parts that differ at each level (a property whose schema is the level below): refused
+    // by a budget, not after 2^40 steps.
+    std::string t = R"({"$defs": {"d0": {"type": "object"},)";
+    for (int k = 1; k <= 40; ++k) {
+      const std::string prev = std::to_string(k - 1);
+      t.append("\"d").append(std::to_string(k)).append(R"(": {"allOf": [{"$ref": "#/$defs/d)");
+      t.append(prev).append(R"("}, {"properties": {"p": {"$ref": "#/$defs/d)").append(prev);
+      t.append("\"}}}]}").append(k < 40 ? "," : "");
+    }
+    t += R"(}, "$ref": "#/$defs/d40"})";
+    expect_bounded("schema allOf fan-out, distinct parts", schema_job(t), "error", "", 5);
+  }
+  // Reference cycles: through $ref alone (no value derives), through allOf.
+  expect_bounded(
+      "schema $ref cycle",
+      schema_job(
+          R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"),
+      "error invalid_argument", "matches no text", 1);
+  expect_bounded(
+      "schema allOf cycle",
+      schema_job(
+          R"({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}, {"type": "object"}]}, "b": {"allOf": [{"$ref": "#/$defs/a"}, {"required": ["x"]}]}}, "$ref": "#/$defs/a"})"),
+      "error", "", 2);
+  expect_bounded(
+      "schema self $ref, productive",
+      schema_job(
+          R"({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"})",
+          {{R"({"next": {"next": {}}})", true}, {R"({"next": 1})", false}}),
+      "ok", "rules", 2);
+  // 100,000 optional properties: compiled well under a second (19.5 s before).
+  {
+    std::string s = R"({"type": "object", "properties": {)";
+    for (int k = 0; k < 100000; ++k)
+      s.append(k ? ",\"p" : "\"p").append(std::to_string(k)).append(R"(": {"type": "integer"})");
+    s += "}}";
+    expect_bounded("schema 100000 optional properties", schema_job(s), "ok", "rules",
+                   under_asan ? 10 : 3);
+    // Its matcher: the first step meets 100,000 possible members, over the automaton's bound
+    // on parse positions a step: refused by name.
+    expect_bounded("schema 100000 optional properties, run",
+                   schema_job(s, {{R"({"p5": 1, "p99999": 2})", true}}), "error capacity_exhausted",
+                   "parse positions", under_asan ? 10 : 3);
+  }
+  // maxLength / maxItems of 100,000 in many places: one shared chain of string characters.
+  {
+    std::string s = R"({"type": "object", "properties": {)";
+    for (int k = 0; k < 1000; ++k)
+      s.append(k ? ",\"s" : "\"s")
+          .append(std::to_string(k))
+          .append(R"(": {"type": "string", "maxLength": 100000})");
+    s +=
+        R"(, "a": {"type": "array", "items": {"type": "integer"}, "maxItems": 100000, "minItems": 3}}})";
+    expect_bounded(
+        "schema maxLength 100000 x1000",
+        schema_job(s, {{R"({"s1": "abc", "a": [1, 2, 3]})", true}, {R"({"a": [1, 2]})", false}}),
+        "ok", "rules", 5);
+  }
+  // A pattern's nested counted repetition: the product (10^15) is not folded into one
+  // repetition; a chain a level, compiled; its matcher meets too many parse positions (nested
+  // optional parts) and refuses by name.
+  expect_bounded(
+      "schema pattern ((a{0,99999}){0,99999}){0,99999}",
+      schema_job(R"({"type": "string", "pattern": "^((a{0,99999}){0,99999}){0,99999}$"})",
+                 {{R"("aaa")", true}, {R"("ab")", false}}),
+      "error capacity_exhausted", "parse positions", 2);
+  // Folded into one repetition of 10^8, past the rule budget: refused before it is made.
+  expect_bounded("schema pattern ((a{0,9999}){0,9999})",
+                 schema_job(R"({"type": "string", "pattern": "^((a{0,9999}){0,9999})$"})"),
+                 "error capacity_exhausted", "max_rules", 1);
+}
+
+// The heap-use-after-free of schema_compiler::merge (two `type`s with no common type inserted
+// `enum` into the merged object while a reference into it was held): an Atom-feed-like schema
+// whose definitions refer to each other through oneOf ($ref -> value -> object -> value ->
+// $ref). ASan reported it at 97c4bfb; now compiled, and exact on these instances.
+TEST(json_schema, definitions_referring_to_each_other_through_one_of) {
+  const char* schema = R"({"definitions": {
+    "text": {"type": "string"},
+    "link": {"type": "object", "properties": {"href": {"type": "string"}}, "required": ["href"]},
+    "value": {"type": "object",
+              "properties": {"type": {"enum": ["text", "html"]},
+                             "content": {"$ref": "#/definitions/content"}},
+              "oneOf": [{"$ref": "#/definitions/text"}, {"required": ["type"]}]},
+    "content": {"oneOf": [{"$ref": "#/definitions/text"}, {"$ref": "#/definitions/value"}]},
+    "entry": {"type": "object", "properties": {"title": {"$ref": "#/definitions/content"},
+              "link": {"$ref": "#/definitions/link"}}, "required": ["title"]}},
+    "type": "object",
+    "properties": {"title": {"$ref": "#/definitions/content"},
+                   "entry": {"type": "array", "items": {"$ref": "#/definitions/entry"}}},
+    "required": ["title"]})";
+  byte_automaton a(json_schema_grammar(schema));
+  EXPECT_TRUE(a.matches(R"({"title": "x"})"));
+  EXPECT_TRUE(a.matches(
+      R"({"title": {"type": "html", "content": {"type": "text"}}, "entry": [{"title": "z", "link": {"href": "h"}}]})"));
+  EXPECT_FALSE(a.matches(R"({"title": 1})"));
+  EXPECT_FALSE(a.matches(R"({"title": {"content": "y"}})"));
+  EXPECT_FALSE(a.matches(R"({"entry": []})"));
+  // The merge itself: allOf of two disjoint types is refused as accepting nothing.
+  EXPECT_THROW((void)json_schema_grammar(R"({"allOf": [{"type": "object"}, {"type": "string"}]})"),
+               npullm::error);
 }
 
 // The fuzz corpus (tests/grammar/corpus_grammar) through fuzz_grammar.cpp's checks.

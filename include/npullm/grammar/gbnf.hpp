@@ -13,6 +13,10 @@
 // Errors: invalid_argument, "GBNF line L, column C: <what>" for malformed text; a rule
 // referenced but not defined names the rule and where it is first used; a rule defined twice,
 // a missing root and left recursion (grammar.hpp's policy: refused) are refused too.
+// Bounds (grammar_limits, grammar.hpp): nesting deeper than max_depth expression levels
+// (groups, repetition operators) and a grammar over the compile budget are capacity_exhausted,
+// found while parsing (the parser recurses only on groups, each taking the budget); counts in
+// {m,n} are at most 100,000 and a repetition's size is checked before it is expanded.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +36,7 @@ namespace detail {
 
 class gbnf_parser {
  public:
-  explicit gbnf_parser(std::string_view text) : s_(text) {}
+  gbnf_parser(std::string_view text, grammar_limits limits) : s_(text), b_(limits) {}
 
   grammar parse() {
     skip_space(true);
@@ -53,6 +57,10 @@ class gbnf_parser {
 
   template <class... Parts>
   [[noreturn]] void fail_at(std::size_t at, const Parts&... parts) const {
+    fail_with(error_code::invalid_argument, at, parts...);
+  }
+  template <class... Parts>
+  [[noreturn]] void fail_with(error_code code, std::size_t at, const Parts&... parts) const {
     std::size_t line = 1, col = 1;
     for (std::size_t i = 0; i < at && i < s_.size(); ++i) {
       if (s_[i] == '\n') {
@@ -62,7 +70,7 @@ class gbnf_parser {
         ++col;
       }
     }
-    raise(error_code::invalid_argument, "GBNF line ", line, ", column ", col, ": ", parts...);
+    raise(code, "GBNF line ", line, ", column ", col, ": ", parts...);
   }
   template <class... Parts>
   [[noreturn]] void fail(const Parts&... parts) const {
@@ -148,7 +156,7 @@ class gbnf_parser {
         ++pos_;
         item = expr::of(char_class::any());
       } else if (c == '(') {
-        if (++depth_ > 256) fail("groups nested deeper than 256");
+        if (++depth_ > b_.limits().max_depth) too_deep(depth_);
         ++pos_;
         skip_space(true);
         item = parse_alternatives(true);
@@ -183,6 +191,7 @@ class gbnf_parser {
   }
 
   expr parse_postfix(expr item, bool nested) {
+    if (item.depth > b_.limits().max_depth) too_deep(item.depth);
     for (;;) {
       const char c = peek();
       std::uint32_t lo = 0, hi = 0;
@@ -218,7 +227,14 @@ class gbnf_parser {
       }
       skip_space(nested);
       item = expr::repeat(std::move(item), lo, hi);
+      // Each operator nests the item one level more ("a"{2}{2}{2}... would otherwise build
+      // an expression as deep as the text is long).
+      if (item.depth > b_.limits().max_depth) too_deep(item.depth);
     }
+  }
+  [[noreturn]] void too_deep(std::uint32_t levels) const {
+    fail_with(error_code::capacity_exhausted, pos_, "groups and repetitions nested ", levels,
+              " levels deep, deeper than ", b_.limits().max_depth, " (grammar_limits::max_depth)");
   }
 
   std::uint32_t parse_int() {
@@ -304,14 +320,14 @@ class gbnf_parser {
   grammar_builder b_;
   std::vector<std::size_t> first_use_;
   bool has_root_ = false;
-  int depth_ = 0;  // open groups
+  std::uint32_t depth_ = 0;  // open groups
 };
 
 }  // namespace detail
 
-// Parses GBNF text (see the top) into a grammar whose start rule is `root`.
-inline grammar parse_gbnf(std::string_view text) {
-  return detail::gbnf_parser(text).parse();
+// Parses GBNF text (see the top) into a grammar whose start rule is `root`, under `limits`.
+inline grammar parse_gbnf(std::string_view text, grammar_limits limits = {}) {
+  return detail::gbnf_parser(text, limits).parse();
 }
 
 }  // namespace npullm::grammar

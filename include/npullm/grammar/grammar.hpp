@@ -9,14 +9,26 @@
 //
 // The builder lowers expressions (sequences, alternatives, classes, references, repetitions
 // {min, max}) into that form: a group or alternative inside a sequence becomes a rule of its
-// own, x{m,n} becomes m copies of x then a chain of n - m optional rules, x{m,} m copies then
-// a right-recursive rule R ::= x R | (empty).
+// own, x{m,n} becomes m copies of x then O_{n-m} of the chain O_k ::= x O_{k-1} | (empty),
+// x{m,} m copies then a right-recursive rule R ::= x R | (empty). The chain and R are made
+// once per repeated element and shared by every repetition of it (every maxLength of a schema
+// walks one chain of string characters; "a"{0,99999} written 100 times is one chain).
+//
+// Compile budget (grammar_limits): inputs come from the network, so every grammar is built
+// under limits on its rules, elements and bytes, checked before a repetition is expanded
+// (x{0,10^9} is refused at once, not after allocating 24 GB), and on the nesting of the
+// expressions (the builder, the parsers and the expressions' destructors recurse on it).
+// Running out is npullm::error capacity_exhausted naming the limit and its value.
 //
 // Left recursion policy: refused. A rule that can reach itself at its left edge (through
 // nullable prefixes) with a continuation left to match after the reference would need an
 // unbounded stack before consuming anything; build() throws invalid_argument naming the rule.
-// A cycle made only of references in tail position (R ::= x R | "" with x nullable) is
-// accepted: it consumes nothing and the matcher's closure visits each (position, stack) once.
+// Found in linear time: nullable rules by a worklist, then the left-edge graph's strongly
+// connected components (Tarjan, iterative); a left edge with something after it inside one
+// component is left recursion. A cycle made only of references in tail position
+// (R ::= x R | "" with x nullable) is accepted: it consumes nothing and the matcher's closure
+// visits each (position, stack) once. A root that derives no text at all (every alternative
+// runs into such a cycle: a $ref cycle of a schema) is refused.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +48,23 @@
 namespace npullm::grammar {
 
 inline constexpr char32_t max_code_point = 0x10FFFF;
+
+// The compile budget of one grammar (see the top). The defaults hold every MaskBench schema
+// and llama.cpp grammar with a wide margin (the largest MaskBench grammar: about 40,000 rules
+// and 300,000 elements) and keep a hostile input under about 200 MB and a second.
+struct grammar_limits {
+  // Levels of nesting: of the expressions of a GBNF grammar or a pattern (a group is about
+  // three: group, alternatives, sequence; a repetition operator one), of a schema's JSON
+  // document (an object or array one) and of its subschemas (two each, as in the document).
+  std::uint32_t max_depth = 1024;
+  std::size_t max_rules = std::size_t{1} << 20;     // 1,048,576 rules
+  std::size_t max_elements = std::size_t{1} << 23;  // 8,388,608 elements (8 bytes each)
+  std::size_t max_bytes = std::size_t{256} << 20;   // the grammar's memory, about: 256 MiB
+  // JSON Schema: steps of $ref / allOf / oneOf expansion (a subschema compiled, two merged
+  // (charged by their sizes), an alternative pair compared): bounds fan-out and cycles.
+  std::size_t max_schema_work = 2'000'000;
+  bool operator==(const grammar_limits&) const = default;
+};
 
 // A set of code points: sorted, disjoint, non-adjacent inclusive ranges, with an ASCII bitmap
 // for the common test.
@@ -122,6 +151,7 @@ struct expr {
   char_class chars;                // cls
   std::uint32_t rule = 0;          // ref
   std::uint32_t min = 0, max = 0;  // rep; max == unbounded for no upper bound
+  std::uint32_t depth = 1;         // levels of nesting: 1 + the deepest part's (see grammar_limits)
   static constexpr std::uint32_t unbounded = std::numeric_limits<std::uint32_t>::max();
 
   static expr sequence(std::vector<expr> parts = {}) { return make(seq, std::move(parts)); }
@@ -139,18 +169,21 @@ struct expr {
   static expr repeat(expr x, std::uint32_t lo, std::uint32_t hi) {
     // (x{a,A}){b,B} with a <= 1 is x{a*b, A*B}: the counts it allows are contiguous. Nested
     // stars of a nullable x would otherwise give the matcher exponentially many stacks.
+    // A product past 2^32 - 1 stays nested rather than become unbounded (a wider language).
     const expr* inner = &x;
     while (inner->kind == seq && inner->items.size() == 1) inner = &inner->items[0];
     if (inner->kind == rep && inner->min <= 1 && inner->max >= 1 && hi >= 1 && lo <= 1) {
       const std::uint32_t a = inner->min, b = inner->max;
       const std::uint64_t top = static_cast<std::uint64_t>(b) * hi;
-      const std::uint32_t new_hi = (b == unbounded || hi == unbounded || top >= unbounded)
-                                       ? unbounded
-                                       : static_cast<std::uint32_t>(top);
-      expr y = inner->items[0];
-      return repeat(std::move(y), a * lo, new_hi);
+      if (b == unbounded || hi == unbounded || top < unbounded) {
+        const std::uint32_t new_hi =
+            (b == unbounded || hi == unbounded) ? unbounded : static_cast<std::uint32_t>(top);
+        expr y = inner->items[0];
+        return repeat(std::move(y), a * lo, new_hi);
+      }
     }
     expr e = make(rep, {});
+    e.depth = x.depth + 1;
     e.items.push_back(std::move(x));
     e.min = lo;
     e.max = hi;
@@ -160,6 +193,7 @@ struct expr {
     expr e;
     e.kind = k;
     e.items = std::move(parts);
+    for (const expr& p : e.items) e.depth = std::max(e.depth, p.depth + 1);
     return e;
   }
   static expr optional(expr x) { return repeat(std::move(x), 0, 1); }
@@ -211,18 +245,20 @@ inline expr expr::literal(std::string_view utf8) {
   return sequence(std::move(parts));
 }
 
-// Builds a grammar rule by rule. Rules are declared by name (a reference may come before the
-// definition); build() refuses undefined rules and left recursion.
+// Builds a grammar rule by rule, under a compile budget (grammar_limits). Rules are declared
+// by name (a reference may come before the definition); build() refuses undefined rules, left
+// recursion and a root that derives no text.
 class grammar_builder {
  public:
+  explicit grammar_builder(grammar_limits limits = {}) : limits_(limits) {}
+
+  [[nodiscard]] const grammar_limits& limits() const noexcept { return limits_; }
+
   // The id of the rule of this name, declared (undefined) if new.
   std::uint32_t rule(std::string_view name) {
     const auto it = ids_.find(std::string(name));
     if (it != ids_.end()) return it->second;
-    const auto id = static_cast<std::uint32_t>(g_.rule_names.size());
-    g_.rule_names.emplace_back(name);
-    g_.rule_alts.emplace_back();
-    defined_.push_back(false);
+    const std::uint32_t id = add_rule(std::string(name));
     ids_.emplace(std::string(name), id);
     return id;
   }
@@ -234,24 +270,26 @@ class grammar_builder {
     for (;;) {
       std::string name = std::string(base) + "-" + std::to_string(++counter_);
       if (ids_.find(name) != ids_.end()) continue;
-      const auto id = static_cast<std::uint32_t>(g_.rule_names.size());
-      g_.rule_names.push_back(std::move(name));
-      g_.rule_alts.emplace_back();
-      defined_.push_back(false);
-      return id;
+      return add_rule(std::move(name));
     }
   }
   [[nodiscard]] bool defined(std::uint32_t r) const { return defined_.at(r); }
   [[nodiscard]] const std::string& name(std::uint32_t r) const { return g_.rule_names.at(r); }
+  [[nodiscard]] std::size_t rule_count() const noexcept { return g_.rule_names.size(); }
+  [[nodiscard]] std::size_t element_count() const noexcept { return g_.elements.size(); }
 
   // Defines rule r as e (an alternative at the top gives the rule's alternatives).
   void define(std::uint32_t r, const expr& e) {
+    check_depth(e);
     std::vector<std::vector<element>> alts;
     if (e.kind == expr::alt) {
       for (const auto& a : e.items) alts.push_back(lower_sequence(a, r));
     } else {
       alts.push_back(lower_sequence(e, r));
     }
+    std::size_t n = 0;
+    for (const auto& a : alts) n += a.size() + 1;
+    reserve(0, n, alts.size());
     for (auto& a : alts) {
       g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
       g_.elements.insert(g_.elements.end(), a.begin(), a.end());
@@ -261,7 +299,8 @@ class grammar_builder {
   }
 
   // The grammar whose start rule is `root`. Throws invalid_argument for a referenced rule
-  // that is not defined (naming it; `where` adds context) and for left recursion.
+  // that is not defined (naming it; `where` adds context), for left recursion and for a root
+  // from which no text can be derived.
   grammar build(std::uint32_t root) && {
     for (std::uint32_t r = 0; r < g_.rule_names.size(); ++r) {
       if (!defined_[r])
@@ -274,6 +313,40 @@ class grammar_builder {
   }
 
  private:
+  // ---- the budget -----------------------------------------------------------------------------
+  // About what a rule, an alternative and an element cost in the grammar and its builder.
+  static constexpr std::size_t rule_bytes = 96, alt_bytes = 4, element_bytes = sizeof(element);
+
+  [[noreturn]] static void exhausted(std::string_view what, std::size_t needed,
+                                     std::string_view limit, std::size_t value) {
+    raise(error_code::capacity_exhausted, "grammar: compile budget exhausted: ", what, " needs ",
+          needed, " ", limit == "max_bytes" ? "bytes" : limit.substr(4), ", over the limit of ",
+          value, " (grammar_limits::", limit, ")");
+  }
+  // Checks that rules, elements and alternatives more fit the budget, before allocating them.
+  void reserve(std::size_t rules, std::size_t elements, std::size_t alts,
+               std::string_view what = "the grammar") {
+    const std::size_t r = g_.rule_names.size() + rules, e = g_.elements.size() + elements;
+    if (r > limits_.max_rules) exhausted(what, r, "max_rules", limits_.max_rules);
+    if (e > limits_.max_elements) exhausted(what, e, "max_elements", limits_.max_elements);
+    bytes_ += rules * rule_bytes + elements * element_bytes + alts * alt_bytes;
+    if (bytes_ > limits_.max_bytes) exhausted(what, bytes_, "max_bytes", limits_.max_bytes);
+  }
+  void check_depth(const expr& e) const {
+    if (e.depth > limits_.max_depth)
+      raise(error_code::capacity_exhausted, "grammar: an expression nested ", e.depth,
+            " levels deep, deeper than ", limits_.max_depth, " (grammar_limits::max_depth)");
+  }
+  std::uint32_t add_rule(std::string name) {
+    reserve(1, 0, 0);
+    bytes_ += name.size();
+    const auto id = static_cast<std::uint32_t>(g_.rule_names.size());
+    g_.rule_names.push_back(std::move(name));
+    g_.rule_alts.emplace_back();
+    defined_.push_back(false);
+    return id;
+  }
+
   std::uint32_t class_index(const char_class& c) {
     // Interned: JSON grammars repeat the same few classes thousands of times.
     std::string key;
@@ -283,7 +356,12 @@ class grammar_builder {
     }
     const auto [it, inserted] =
         class_ids_.emplace(std::move(key), static_cast<std::uint32_t>(g_.classes.size()));
-    if (inserted) g_.classes.push_back(c);
+    if (inserted) {
+      bytes_ += sizeof(char_class) + 2 * c.ranges().size() * 8;
+      if (bytes_ > limits_.max_bytes)
+        exhausted("the grammar's classes", bytes_, "max_bytes", limits_.max_bytes);
+      g_.classes.push_back(c);
+    }
     return it->second;
   }
 
@@ -295,6 +373,55 @@ class grammar_builder {
     const std::uint32_t r = fresh(g_.rule_names[owner]);
     define(r, e);
     return {element::ref, r};
+  }
+
+  // The key of a repeated element in chains_ / stars_.
+  static std::uint64_t element_key(element one) {
+    return (static_cast<std::uint64_t>(one.kind) << 32) | one.value;
+  }
+
+  // O_k ::= x O_{k-1} | (empty), O_1 ::= x | (empty), for the element x: made once for each
+  // element, extended as longer repetitions of it ask, checked against the budget first.
+  std::uint32_t optional_chain(element one, std::uint32_t k, std::uint32_t owner) {
+    std::vector<std::uint32_t>& chain = chains_[element_key(one)];
+    if (chain.size() < k) {
+      const std::size_t more = k - chain.size();
+      const std::string what = "a repetition of up to " + std::to_string(k);
+      const std::size_t rules = g_.rule_names.size() + more;
+      if (rules > limits_.max_rules) exhausted(what, rules, "max_rules", limits_.max_rules);
+      if (bytes_ + more * rule_bytes > limits_.max_bytes)
+        exhausted(what, bytes_ + more * rule_bytes, "max_bytes", limits_.max_bytes);
+      reserve(0, 4 * more, 2 * more, what);
+      chain.reserve(k);
+      while (chain.size() < k) {
+        const std::uint32_t r = fresh(g_.rule_names[owner]);
+        g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
+        g_.elements.push_back(one);
+        if (!chain.empty()) g_.elements.push_back({element::ref, chain.back()});
+        g_.elements.push_back({element::end, 0});
+        g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
+        g_.elements.push_back({element::end, 0});
+        defined_[r] = true;
+        chain.push_back(r);
+      }
+    }
+    return chain[k - 1];
+  }
+  // R ::= x R | (empty): right recursive, so the matcher's stack stays flat; one per element.
+  std::uint32_t star_rule(element one, std::uint32_t owner) {
+    const auto [it, inserted] = stars_.emplace(element_key(one), 0);
+    if (!inserted) return it->second;
+    const std::uint32_t r = fresh(g_.rule_names[owner]);
+    reserve(0, 4, 2);
+    g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
+    g_.elements.push_back(one);
+    g_.elements.push_back({element::ref, r});
+    g_.elements.push_back({element::end, 0});
+    g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
+    g_.elements.push_back({element::end, 0});
+    defined_[r] = true;
+    it->second = r;
+    return r;
   }
 
   void lower_into(const expr& e, std::uint32_t owner, std::vector<element>& out) {
@@ -311,36 +438,19 @@ class grammar_builder {
           raise(error_code::invalid_argument, "grammar: repetition {", e.min, ",", e.max,
                 "} has max < min");
         if (e.max == 0) return;
+        // The size first: min copies inline, then one reference.
+        if (out.size() + e.min > limits_.max_elements)
+          exhausted("a repetition of " + std::to_string(e.min) + " copies",
+                    out.size() + e.min + g_.elements.size(), "max_elements", limits_.max_elements);
+        if (e.max != expr::unbounded && e.max - e.min > limits_.max_rules)
+          exhausted("a repetition of up to " + std::to_string(e.max), e.max - e.min, "max_rules",
+                    limits_.max_rules);
         const element one = lower_one(x, owner);
-        for (std::uint32_t i = 0; i < e.min; ++i) out.push_back(one);
+        out.insert(out.end(), e.min, one);
         if (e.max == expr::unbounded) {
-          // R ::= x R | (empty): right recursive, so the matcher's stack stays flat.
-          const std::uint32_t r = fresh(g_.rule_names[owner]);
-          g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-          g_.elements.push_back(one);
-          g_.elements.push_back({element::ref, r});
-          g_.elements.push_back({element::end, 0});
-          g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-          g_.elements.push_back({element::end, 0});
-          defined_[r] = true;
-          out.push_back({element::ref, r});
+          out.push_back({element::ref, star_rule(one, owner)});
         } else if (e.max > e.min) {
-          // O_k ::= x O_{k-1} | (empty), O_1 ::= x | (empty).
-          std::uint32_t prev = 0;
-          bool have_prev = false;
-          for (std::uint32_t k = 1; k <= e.max - e.min; ++k) {
-            const std::uint32_t r = fresh(g_.rule_names[owner]);
-            g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-            g_.elements.push_back(one);
-            if (have_prev) g_.elements.push_back({element::ref, prev});
-            g_.elements.push_back({element::end, 0});
-            g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-            g_.elements.push_back({element::end, 0});
-            defined_[r] = true;
-            prev = r;
-            have_prev = true;
-          }
-          out.push_back({element::ref, prev});
+          out.push_back({element::ref, optional_chain(one, e.max - e.min, owner)});
         }
         return;
       }
@@ -353,73 +463,172 @@ class grammar_builder {
     return out;
   }
 
+  // Linear: nullable rules by a worklist over the alternatives, then Tarjan's strongly
+  // connected components of the left-edge graph (iterative: rule chains go 10^5 deep).
   void check_left_recursion() const {
     const std::size_t n = g_.rule_names.size();
-    // Nullable rules, by fixpoint.
-    std::vector<char> nullable(n, 0);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (std::size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        for (const std::uint32_t a : g_.rule_alts[r]) {
-          bool all = true;
-          for (std::uint32_t p = a; g_.elements[p].kind != element::end; ++p) {
-            const auto& el = g_.elements[p];
-            if (el.kind == element::cls || !nullable[el.value]) {
-              all = false;
-              break;
-            }
-          }
-          if (all) {
-            nullable[r] = 1;
-            changed = true;
-            break;
+    // Alternatives: (rule, start); for each rule, the alternatives that mention it.
+    std::vector<std::uint32_t> alt_rule, alt_start, pending;
+    std::vector<std::vector<std::uint32_t>> used_in(n);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      for (const std::uint32_t a : g_.rule_alts[r]) {
+        const auto id = static_cast<std::uint32_t>(alt_rule.size());
+        alt_rule.push_back(r);
+        alt_start.push_back(a);
+        std::uint32_t refs = 0;
+        bool has_class = false;
+        for (std::uint32_t p = a; g_.elements[p].kind != element::end; ++p) {
+          if (g_.elements[p].kind == element::cls) {
+            has_class = true;
+          } else {
+            ++refs;
+            used_in[g_.elements[p].value].push_back(id);
           }
         }
+        // A class makes the alternative non-nullable for good: never counted down to 0.
+        pending.push_back(has_class ? std::numeric_limits<std::uint32_t>::max() : refs);
       }
     }
+    std::vector<char> nullable(n, 0);
+    std::vector<std::uint32_t> todo;
+    const auto found = [&](std::uint32_t r) {
+      if (!nullable[r]) {
+        nullable[r] = 1;
+        todo.push_back(r);
+      }
+    };
+    for (std::size_t a = 0; a < alt_rule.size(); ++a)
+      if (pending[a] == 0) found(alt_rule[a]);
+    while (!todo.empty()) {
+      const std::uint32_t r = todo.back();
+      todo.pop_back();
+      // Each mention of r in an alternative is one reference fewer to wait for.
+      for (const std::uint32_t a : used_in[r])
+        if (pending[a] != std::numeric_limits<std::uint32_t>::max() && --pending[a] == 0)
+          found(alt_rule[a]);
+    }
     // Left edges r -> s; `push` when something follows the reference in its alternative.
-    std::vector<std::vector<std::uint32_t>> edges(n);
+    std::vector<std::uint32_t> edge_begin(n + 1, 0), edge_to;
     std::vector<std::pair<std::uint32_t, std::uint32_t>> push_edges;
     for (std::uint32_t r = 0; r < n; ++r) {
+      edge_begin[r] = static_cast<std::uint32_t>(edge_to.size());
       for (const std::uint32_t a : g_.rule_alts[r]) {
         for (std::uint32_t p = a; g_.elements[p].kind != element::end; ++p) {
           const auto& el = g_.elements[p];
           if (el.kind == element::cls) break;
-          edges[r].push_back(el.value);
+          edge_to.push_back(el.value);
           if (g_.elements[p + 1].kind != element::end) push_edges.emplace_back(r, el.value);
           if (!nullable[el.value]) break;
         }
       }
     }
-    // A push edge r -> s on a cycle (s reaches r) is left recursion.
-    std::vector<std::uint32_t> seen(n, 0), todo;
-    std::uint32_t stamp = 0;
-    for (const auto& [r, s] : push_edges) {
-      ++stamp;
-      todo.assign(1, s);
-      seen[s] = stamp;
-      while (!todo.empty()) {
-        const std::uint32_t x = todo.back();
-        todo.pop_back();
-        if (x == r)
-          raise(error_code::invalid_argument, "grammar: rule '", g_.rule_names[r],
-                "' is left recursive (it reaches itself through '", g_.rule_names[s],
-                "' before matching any character); rewrite it with repetition, e.g. "
-                "a ::= b (op b)*");
-        for (const std::uint32_t y : edges[x]) {
-          if (seen[y] != stamp) {
-            seen[y] = stamp;
-            todo.push_back(y);
+    edge_begin[n] = static_cast<std::uint32_t>(edge_to.size());
+    if (!push_edges.empty()) check_components(edge_begin, edge_to, push_edges);
+    // After left recursion (a left-recursive rule often derives nothing either).
+    check_productive(alt_rule, alt_start, used_in);
+  }
+
+  void check_components(
+      const std::vector<std::uint32_t>& edge_begin, const std::vector<std::uint32_t>& edge_to,
+      const std::vector<std::pair<std::uint32_t, std::uint32_t>>& push_edges) const {
+    const std::size_t n = g_.rule_names.size();
+    // Tarjan's components, with an explicit call stack of (rule, next edge).
+    constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+    std::vector<std::uint32_t> index(n, none), low(n, 0), comp(n, none), stack;
+    std::vector<char> on_stack(n, 0);
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> calls;
+    std::uint32_t next_index = 0, next_comp = 0;
+    for (std::uint32_t s = 0; s < n; ++s) {
+      if (index[s] != none) continue;
+      calls.emplace_back(s, edge_begin[s]);
+      index[s] = low[s] = next_index++;
+      stack.push_back(s);
+      on_stack[s] = 1;
+      while (!calls.empty()) {
+        // Copies, not references: the push below may move `calls`.
+        const std::uint32_t v = calls.back().first, e = calls.back().second;
+        if (e < edge_begin[v + 1]) {
+          ++calls.back().second;
+          const std::uint32_t w = edge_to[e];
+          if (index[w] == none) {
+            index[w] = low[w] = next_index++;
+            stack.push_back(w);
+            on_stack[w] = 1;
+            calls.emplace_back(w, edge_begin[w]);
+          } else if (on_stack[w]) {
+            low[v] = std::min(low[v], index[w]);
           }
+          continue;
+        }
+        const std::uint32_t done = v;
+        calls.pop_back();
+        if (!calls.empty()) low[calls.back().first] = std::min(low[calls.back().first], low[done]);
+        if (low[done] == index[done]) {
+          for (;;) {
+            const std::uint32_t w = stack.back();
+            stack.pop_back();
+            on_stack[w] = 0;
+            comp[w] = next_comp;
+            if (w == done) break;
+          }
+          ++next_comp;
         }
       }
+    }
+    // A push edge r -> s on a cycle (s reaches r: one component) is left recursion.
+    for (const auto& [r, s] : push_edges) {
+      if (comp[r] == comp[s])
+        raise(error_code::invalid_argument, "grammar: rule '", g_.rule_names[r],
+              "' is left recursive (it reaches itself through '", g_.rule_names[s],
+              "' before matching any character); rewrite it with repetition, e.g. "
+              "a ::= b (op b)*");
+    }
+  }
+
+  // Productive rules (some text derives from them), by the same worklist as nullable: the
+  // root must be one.
+  void check_productive(const std::vector<std::uint32_t>& alt_rule,
+                        const std::vector<std::uint32_t>& alt_start,
+                        const std::vector<std::vector<std::uint32_t>>& used_in) const {
+    const std::size_t n = g_.rule_names.size();
+    std::vector<std::uint32_t> todo;
+    {
+      std::vector<char> productive(n, 0);
+      std::vector<std::uint32_t> wait(alt_rule.size());
+      for (std::size_t a = 0; a < alt_rule.size(); ++a) {
+        std::uint32_t refs = 0;
+        for (std::uint32_t p = alt_start[a]; g_.elements[p].kind != element::end; ++p)
+          refs += g_.elements[p].kind == element::ref;
+        wait[a] = refs;
+      }
+      const auto make = [&](std::uint32_t r) {
+        if (!productive[r]) {
+          productive[r] = 1;
+          todo.push_back(r);
+        }
+      };
+      for (std::size_t a = 0; a < alt_rule.size(); ++a)
+        if (wait[a] == 0) make(alt_rule[a]);
+      while (!todo.empty()) {
+        const std::uint32_t r = todo.back();
+        todo.pop_back();
+        for (const std::uint32_t a : used_in[r])
+          if (--wait[a] == 0) make(alt_rule[a]);
+      }
+      if (!productive[g_.root])
+        raise(error_code::invalid_argument, "grammar: rule '", g_.rule_names[g_.root],
+              "' matches no text (each of its alternatives runs into rules that only refer to "
+              "each other, such as a cycle of references)");
     }
   }
 
   grammar g_;
+  grammar_limits limits_;
+  std::size_t bytes_ = 0;  // what the grammar holds so far, about (reserve())
   std::unordered_map<std::string, std::uint32_t> ids_;
   std::unordered_map<std::string, std::uint32_t> class_ids_;
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> chains_;  // optional_chain()
+  std::unordered_map<std::uint64_t, std::uint32_t> stars_;                // star_rule()
   std::vector<bool> defined_;
   std::uint32_t counter_ = 0;
 };

@@ -51,8 +51,13 @@ class grammar_cache {
   // The grammar of a JSON Schema's text (json_schema.hpp's errors if it cannot be compiled).
   std::shared_ptr<token_grammar> json_schema(std::string_view schema_text,
                                              json_schema_options opt = {}) {
-    return get(key('j', static_cast<char>(opt.whitespace), schema_text),
-               [&] { return json_schema_grammar(schema_text, opt); });
+    // The limits are part of the key too (a fixed-size suffix after the text).
+    std::string k = key('j', static_cast<char>(opt.whitespace), schema_text);
+    for (const std::size_t v :
+         {std::size_t{opt.limits.max_depth}, opt.limits.max_rules, opt.limits.max_elements,
+          opt.limits.max_bytes, opt.limits.max_schema_work})
+      k.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return get(std::move(k), [&] { return json_schema_grammar(schema_text, opt); });
   }
 
   [[nodiscard]] std::size_t size() const {
