@@ -243,8 +243,10 @@ class model_service final : public service {
           [this, job](std::size_t, httplib::DataSink& sink) { return stream_body(*job, sink); },
           [this, job](bool) { cancel_all(*job); });
     } else {
+      // "; charset=utf-8": cpp-httplib gzips a chunked "application/json" body for clients that
+      // accept it, and the compressor would hold back the spaces that notice a gone client.
       res.set_chunked_content_provider(
-          "application/json",
+          "application/json; charset=utf-8",
           [this, job](std::size_t, httplib::DataSink& sink) { return whole_body(*job, sink); },
           [this, job](bool) { cancel_all(*job); });
     }

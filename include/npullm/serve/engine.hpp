@@ -281,7 +281,10 @@ class engine {
       const std::lock_guard<std::mutex> lock(m_);
       left.swap(inbox_);
     }
-    for (job& j : left) j.out->finish(batch::finish_reason::cancelled);
+    for (job& j : left) {
+      done_one(&metrics_.cancelled);
+      j.out->finish(batch::finish_reason::cancelled);
+    }
     for (auto it = active_.begin(); it != active_.end();) {
       gen_->cancel(it->first);
       it = retire(it, batch::finish_reason::cancelled);
@@ -291,8 +294,8 @@ class engine {
 
   void admit(job j) {
     if (j.out->cancelled()) {
-      j.out->finish(batch::finish_reason::cancelled);
       done_one(&metrics_.cancelled);
+      j.out->finish(batch::finish_reason::cancelled);
       return;
     }
     try {
@@ -301,8 +304,8 @@ class engine {
       j.out->prompt_tokens_ = n;
       active_.emplace(id, active{std::move(j.out), 0});
     } catch (const error& e) {
-      j.out->finish(batch::finish_reason::running, e);
       done_one(&metrics_.failed);
+      j.out->finish(batch::finish_reason::running, e);
     }
   }
 
@@ -325,16 +328,17 @@ class engine {
 
   using active_map = std::unordered_map<std::size_t, active>;
   typename active_map::iterator retire(typename active_map::iterator it, batch::finish_reason why) {
-    it->second.out->finish(why);
     gen_->release(it->first);
+    // Counted before the reader learns it finished: what it reads next includes it.
     done_one(why == batch::finish_reason::cancelled ? &metrics_.cancelled : &metrics_.finished);
+    it->second.out->finish(why);
     return active_.erase(it);
   }
 
   void fail_all(const error& e) {
     for (auto& [id, a] : active_) {
-      a.out->finish(batch::finish_reason::running, e);
       done_one(&metrics_.failed);
+      a.out->finish(batch::finish_reason::running, e);
     }
     active_.clear();
     make_generator();
