@@ -7,6 +7,8 @@
 //     npullm::error; never a crash (the sanitizers), another exception, or a hang (the loop,
 //     recursion and output limits);
 //   - rendering twice gives the same text (render keeps no state).
+// The corpus holds size bombs (replace / indent / '*' / tojson / join, doubling and quadratic
+// appending loops) and long chains (filters, attributes, elifs, operators) to grow from.
 // Built with clang when available (target fuzz_jinja); test_jinja replays the corpus
 // (tests/text/corpus_jinja) through the same checks.
 #include <cstdint>
@@ -65,7 +67,13 @@ inline void run_one(std::string_view input) {
     return;  // refused, with a message: fine
   }
   jinja::render_options options;
-  options.limits = {.max_output_bytes = 1 << 16, .max_iterations = 1 << 12, .max_call_depth = 16};
+  // Small limits keep each input fast: a size bomb is refused at 64 KiB of text, 4,096 items
+  // or 16 MiB of work, whatever it would have made.
+  options.limits = {.max_output_bytes = 1 << 16,
+                    .max_iterations = 1 << 12,
+                    .max_call_depth = 16,
+                    .max_items = 1 << 12,
+                    .max_work_bytes = 1 << 24};
   std::tm date{};
   date.tm_year = 124, date.tm_mon = 6, date.tm_mday = 26;
   options.now = date;

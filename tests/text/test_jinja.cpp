@@ -616,6 +616,12 @@ TEST(jinja_hostile, deep_nesting_is_refused) {
           json{{"x", "a"}});
   hostile("macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", too_deep,
           "(render_limits)");
+  // Macros whose bodies nest: the interpreter's recursion reaches render_limits::max_depth
+  // (1,024) before the stack's end.
+  hostile("recursion to render_limits::max_depth",
+          "{% macro f(n) %}" + repeated("{% if 1 %}", 30) + "{{ f(((n + 1))|abs) }}" +
+              repeated("{% endif %}", 30) + "{% endmacro %}{{ f(0) }}",
+          too_deep, "nested deeper than 1024 while rendering");
 }
 
 TEST(jinja_hostile, size_bombs_are_refused_before_allocating) {
@@ -654,10 +660,26 @@ TEST(jinja_hostile, size_bombs_are_refused_before_allocating) {
   hostile("([s] * 1000)|join(s)", big + "{{ ([s] * 1000)|join(s) }}", refused, output_limit);
   hostile("s ~ [s] * 100", big + "{{ s ~ [s] * 100 }}", refused, output_limit);
   hostile("(s * 20)|e", "{{ ('<' * 10000000)|e }}", refused, output_limit);
+  hostile("split into 5 x 10^6 parts", "{{ ('a,' * 5000000).split(',')|length }}", refused,
+          "(render_limits::max_items)");
+  hostile("rsplit into 5 x 10^6 parts", "{{ ('a,' * 5000000).rsplit(',')|length }}", refused,
+          "(render_limits::max_items)");
+  hostile("split on whitespace into 5 x 10^6 parts", "{{ ('a ' * 5000000).split()|length }}",
+          refused, "(render_limits::max_items)");
   hostile("s|list of 10^7 characters", "{{ ('x' * 10000000)|list|length }}", refused,
           "(render_limits::max_items)");
   hostile("10^6 x s[500000] on 10^6 chars",
           big + "{% for i in range(1000000) %}{{ s[500000] }}{% endfor %}", refused,
+          "(render_limits::max_work_bytes)");
+  const std::string two = "{% set s = 'x' * 10000000 %}{% set t = 'x' * 10000000 %}";
+  hostile("10^3 x (t in [s] * 1000), 10^7 chars each",
+          two + "{% set xs = [s] * 1000 %}{% for i in range(1000) %}{{ t in xs }}{% endfor %}",
+          refused, "(render_limits::max_work_bytes)");
+  hostile("sort of [s, t] * 500000", two + "{{ ([s, t] * 500000)|sort|length }}", refused,
+          "(render_limits::max_work_bytes)");
+  hostile("unique of [s, t] * 500000", two + "{{ ([s, t] * 500000)|unique|length }}", refused,
+          "(render_limits::max_work_bytes)");
+  hostile("10^6 x (s == t)", two + "{% for i in range(1000000) %}{{ s == t }}{% endfor %}", refused,
           "(render_limits::max_work_bytes)");
   hostile("10^6 x copy of a 10^6-char string",
           big + "{% for i in range(1000000) %}{% set t = s|upper %}{% endfor %}", refused,

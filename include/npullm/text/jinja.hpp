@@ -914,9 +914,34 @@ class evaluator : python_ops {
     unsupported_operands(sym, l, r, line);
   }
 
+  // What comparing a and b costs, counted as work: 16 bytes, the texts' common length, a list's
+  // elements' (one level: lists of lists are rare in templates and bounded by max_items).
+  void compare_cost(const value& a, const value& b, int line) const {
+    std::size_t n = 16;
+    if (a.is(value_kind::string) && b.is(value_kind::string)) {
+      n += std::min(a.s.size(), b.s.size());
+    } else if (a.is(value_kind::array) && b.is(value_kind::array)) {
+      const std::size_t m = std::min(a.size(), b.size());
+      n += 16 * m;
+      for (std::size_t k = 0; k < m; ++k) {
+        const value x = a.at(k), y = b.at(k);
+        if (x.is(value_kind::string) && y.is(value_kind::string))
+          n += std::min(x.s.size(), y.s.size());
+      }
+    }
+    made(n, line);
+  }
+  bool counted_equal(const value& a, const value& b, int line) const {
+    compare_cost(a, b, line);
+    return equal(a, b);
+  }
+  bool counted_less(const value& a, const value& b, int line) const {
+    compare_cost(a, b, line);
+    return order(a, b, "<", line) < 0;
+  }
+
   bool compare(op o, const value& l, const value& r, int line) const {
-    if (l.is(value_kind::string) && r.is(value_kind::string))
-      made(std::min(l.s.size(), r.s.size()), line);  // a scan of the texts
+    compare_cost(l, r, line);
     switch (o) {
       case op::eq: return equal(l, r);
       case op::ne: return !equal(l, r);
@@ -926,11 +951,14 @@ class evaluator : python_ops {
       case op::ge: return order(l, r, ">=", line) >= 0;
       case op::in:
       case op::not_in: {
-        // A scan of the container: counted as work.
-        made(r.is(value_kind::string)  ? r.s.size()
-             : r.is(value_kind::array) ? r.size() * 16
-                                       : 0,
-             line);
+        // A scan of the container: counted as work, each element's comparison by its cost.
+        if (r.is(value_kind::array)) {
+          bool found = false;
+          for (std::size_t k = 0; k < r.size() && !found; ++k)
+            found = counted_equal(r.at(k), l, line);
+          return found == (o == op::in);
+        }
+        if (r.is(value_kind::string)) made(r.s.size(), line);
         return contains(r, l, line) == (o == op::in);
       }
       default: return false;
@@ -1111,6 +1139,7 @@ class evaluator : python_ops {
     }
     if (format.empty()) return value::view("");
     std::string fmt(format);
+    check_size(256 + fmt.size() * 8, line);
     std::string buf(256 + fmt.size() * 8, '\0');
     const std::size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &t);
     if (n == 0) fail(line, "strftime_now: format '", fmt, "' gives no text");
@@ -1188,7 +1217,8 @@ class evaluator : python_ops {
       if (name == "split" || name == "rsplit") {
         const binder b(a, name, line, {"sep", "maxsplit"});
         made(t.size(), line);
-        std::vector<value> parts = split(self, b.get(0), b.integer(1, -1), name == "rsplit", line);
+        std::vector<value> parts =
+            split(self, b.get(0), b.integer(1, -1), name == "rsplit", line, opt_.limits.max_items);
         check_items(parts.size(), line);
         return value::array(std::move(parts));
       }
@@ -1843,6 +1873,7 @@ class evaluator : python_ops {
                         ? attribute_path(x, str_of(*attr, line), line)
                         : x;
           if (!case_sensitive && k.is(value_kind::string)) {
+            check_size(k.s.size(), line);
             std::string s(k.s);
             for (char& c : s) c = detail_eval::ascii_lower(c);
             return value::string(std::move(s));
@@ -1853,9 +1884,8 @@ class evaluator : python_ops {
           std::vector<value> out, seen;
           for (const value& x : items) {
             const value k = key(x);
-            made(seen.size() * 16, line);  // the comparisons below (quadratic in the worst case)
             if (std::none_of(seen.begin(), seen.end(),
-                             [&](const value& s) { return equal(s, k); })) {
+                             [&](const value& s) { return counted_equal(s, k, line); })) {
               seen.push_back(k);
               out.push_back(x);
             }
@@ -1865,8 +1895,8 @@ class evaluator : python_ops {
         std::vector<std::pair<value, value>> keyed;
         for (const value& x : items) keyed.emplace_back(key(x), x);
         std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
-          return reverse ? order(q.first, p.first, "<", line) < 0
-                         : order(p.first, q.first, "<", line) < 0;
+          return reverse ? counted_less(q.first, p.first, line)
+                         : counted_less(p.first, q.first, line);
         });
         if (id == filter_id::min)
           return keyed.empty() ? value::undefined(name) : keyed.front().second;
@@ -1889,6 +1919,7 @@ class evaluator : python_ops {
         const auto key = [&](const value& p) {
           value k = p.at(by_value ? 1 : 0);
           if (!case_sensitive && k.is(value_kind::string)) {
+            check_size(k.s.size(), line);
             std::string s(k.s);
             for (char& c : s) c = detail_eval::ascii_lower(c);
             return value::string(std::move(s));
@@ -1896,8 +1927,7 @@ class evaluator : python_ops {
           return k;
         };
         std::stable_sort(items.begin(), items.end(), [&](const value& p, const value& q) {
-          return reverse ? order(key(q), key(p), "<", line) < 0
-                         : order(key(p), key(q), "<", line) < 0;
+          return reverse ? counted_less(key(q), key(p), line) : counted_less(key(p), key(q), line);
         });
         return value::array(std::move(items));
       }

@@ -244,7 +244,8 @@ struct python_ops {
     switch (a.kind) {
       case value_kind::undefined:
       case value_kind::none: return true;
-      case value_kind::string: return a.s == b.s;
+      case value_kind::string:  // the same text (shared or a view of it): no scan
+        return (a.s.data() == b.s.data() && a.s.size() == b.s.size()) || a.s == b.s;
       case value_kind::array: {
         if (a.aux != b.aux || a.size() != b.size()) return false;
         for (std::size_t k = 0; k < a.size(); ++k) {
@@ -352,10 +353,18 @@ struct python_ops {
     return substring(s, b, e - b);
   }
 
+  // max_parts: more parts than this are refused (capacity_exhausted) as they are found, before
+  // a list of them is made.
   static std::vector<value> split(const value& s, const value* sep, std::int64_t maxsplit,
-                                  bool from_right, int line) {
+                                  bool from_right, int line, std::size_t max_parts = SIZE_MAX) {
     std::vector<value> parts;
     const std::string_view t = s.s;
+    const auto count = [&](std::size_t n) {
+      if (n > max_parts) {
+        fail_limit(line, "split into more than ", std::to_string(max_parts),
+                   " parts (render_limits::max_items)");
+      }
+    };
     if (sep == nullptr || sep->is(value_kind::none)) {
       // Runs of whitespace; no empty parts.
       std::vector<std::pair<std::size_t, std::size_t>> words;  // [begin, end)
@@ -369,6 +378,7 @@ struct python_ops {
         const std::size_t b = k;
         while (k < t.size() && !detail_eval::is_py_space(detail_eval::decode(t, k, len))) k += len;
         words.emplace_back(b, k);
+        count(words.size());
       }
       if (maxsplit >= 0 && static_cast<std::size_t>(maxsplit) + 1 < words.size()) {
         const auto m = static_cast<std::size_t>(maxsplit);
@@ -399,6 +409,7 @@ struct python_ops {
            at = t.find(d, at + d.size())) {
         if (maxsplit >= 0 && cuts.size() == static_cast<std::size_t>(maxsplit)) break;
         cuts.push_back(at);
+        count(cuts.size() + 1);
       }
     } else {
       std::size_t end = t.size();
@@ -406,9 +417,11 @@ struct python_ops {
         if (maxsplit >= 0 && cuts.size() == static_cast<std::size_t>(maxsplit)) break;
         const std::size_t at = t.rfind(d, end - d.size());
         if (at == std::string_view::npos) break;
-        cuts.insert(cuts.begin(), at);
+        cuts.push_back(at);  // from the right: reversed below (not inserted at the front)
+        count(cuts.size() + 1);
         end = at;
       }
+      std::reverse(cuts.begin(), cuts.end());
     }
     std::size_t b = 0;
     for (const std::size_t at : cuts) {

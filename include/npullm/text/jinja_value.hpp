@@ -390,9 +390,9 @@ inline void append_string_repr(std::string& out, std::string_view s, const text_
     } else if (c == '\t') {
       out += "\\t";
     } else if (u < 0x20 || u == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", u);
-      out += b;
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", u);
+      out += esc;
     } else {
       out += c;
     }
@@ -497,10 +497,10 @@ inline void append_json_string(std::string& out, std::string_view s, bool ensure
       case '\f': out += "\\f"; continue;
       default: break;
     }
-    char b[16];
+    char esc[16];
     if (u < 0x20 || (ensure_ascii && u == 0x7f)) {
-      std::snprintf(b, sizeof b, "\\u%04x", u);
-      out += b;
+      std::snprintf(esc, sizeof esc, "\\u%04x", u);
+      out += esc;
     } else if (ensure_ascii && u >= 0x80) {
       // One UTF-8 sequence as \uXXXX (a surrogate pair above U+FFFF).
       const int len = u >= 0xf0 ? 4 : u >= 0xe0 ? 3 : u >= 0xc0 ? 2 : 1;
@@ -510,11 +510,12 @@ inline void append_json_string(std::string& out, std::string_view s, bool ensure
       }
       if (cp >= 0x10000) {
         cp -= 0x10000;
-        std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+        std::snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10),
+                      0xdc00 + (cp & 0x3ff));
       } else {
-        std::snprintf(b, sizeof b, "\\u%04x", cp);
+        std::snprintf(esc, sizeof esc, "\\u%04x", cp);
       }
-      out += b;
+      out += esc;
     } else {
       out += c;
     }
@@ -580,7 +581,7 @@ inline void append_json(std::string& out, const value& v, const json_format& f,
       }
       if (f.sort_keys) {
         std::stable_sort(entries.begin(), entries.end(),
-                         [](const auto& a, const auto& b) { return a.first < b.first; });
+                         [](const auto& x, const auto& y) { return x.first < y.first; });
       }
       out += '{';
       bool first = true;
