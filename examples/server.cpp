@@ -438,6 +438,7 @@ class model_service final : public service {
     q.seed = seed;
     q.stop_strings = r.stop;
     q.detokenize = [this](std::int32_t id) { return std::string(tok_.piece(id)); };
+    q.cache_prompt = r.cache_prompt;
     q.logprobs = r.logprobs;
     q.top_logprobs = r.top_logprobs;
     q.sampling.validate();

@@ -249,6 +249,14 @@ TEST(Generator, PrefixReuseComputesOnlyTheNewTokens) {
   EXPECT_EQ(g.stats().reused_tokens, 40u);
   EXPECT_EQ(g.stats().prefill_tokens, 45u);  // only the 5 new tokens were computed
   EXPECT_EQ(g.result(id).tokens, alone(second));
+  // cache_prompt = false: the whole prompt is computed again, the same tokens come.
+  request third = second;
+  third.cache_prompt = false;
+  const auto id3 = g.submit(third);
+  g.run();
+  EXPECT_EQ(g.stats().reused_tokens, 40u);
+  EXPECT_EQ(g.stats().prefill_tokens, 90u);
+  EXPECT_EQ(g.result(id3).tokens, alone(second));
 }
 
 TEST(Generator, BadRequestsAreRejected) {

@@ -252,6 +252,11 @@ describe('npullm_server with the OpenAI client', () => {
     assert.ok(mid.prompt_tokens_total - before.prompt_tokens_total > 200);
     assert.ok(end.prompt_tokens_cached_total - mid.prompt_tokens_cached_total > 150, 'reused from the cache');
     assert.ok(end.prompt_tokens_total - mid.prompt_tokens_total < 50, 'only what differs computed');
+    // cache_prompt: false computes the whole prompt again.
+    await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: shared + 'third' }], max_tokens: 2, cache_prompt: false });
+    const last = await metrics(s.base, KEY);
+    assert.ok(last.prompt_tokens_total - end.prompt_tokens_total > 200);
+    assert.equal(last.prompt_tokens_cached_total, end.prompt_tokens_cached_total);
   });
 });
 

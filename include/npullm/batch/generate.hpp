@@ -83,6 +83,8 @@ struct request {
   text_callback on_text{};                  // needs detokenize
   bool logprobs = false;                    // result().logprobs: one entry per token
   std::size_t top_logprobs = 0;             // with logprobs: the n most likely tokens too
+  bool cache_prompt = true;  // false: the prompt is computed whole, not taken from the prefix
+                             // cache (its blocks still go there for later requests)
 };
 
 enum class finish_reason {
@@ -366,7 +368,7 @@ class generator {
       const std::span<const std::int32_t> context =
           std::span<const std::int32_t>(s.context).first(s.context.size() - (resumed ? 1 : 0));
       table_type table = lm_->new_sequence();
-      const std::size_t covered = cache_ ? cache_->attach(table, context) : 0;
+      const std::size_t covered = cache_ && s.req.cache_prompt ? cache_->attach(table, context) : 0;
       const std::span<const std::int32_t> rest = context.subspan(covered);
       // Checked here: the capacity_exhausted caught below means "the pool is full, wait".
       if (rest.size() > lm_->step_rows()) {
