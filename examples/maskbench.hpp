@@ -91,14 +91,18 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
   }
   r.ttfm_us = us(clock::now() - start);
   std::vector<std::uint64_t> mask(grammar::mask_words(index->size()));
-  const std::int32_t eos = tok.vocab().eos;
+  // The end token that closes each text: a vocabulary may have no EOS id (eos = -1, which
+  // mask_test would read out of the mask): its first end-of-generation id then, or none (the
+  // end is then checked by can_end).
+  const auto& eog = tok.vocab().eog;
+  const std::int32_t eos = tok.vocab().eos >= 0 ? tok.vocab().eos : eog.empty() ? -1 : eog.front();
   for (const auto& t : doc["tests"]) {
     ++r.tests;
     if (!r.compiled) continue;
     const bool valid = t.at("valid").get<bool>();
     const std::string s = t.contains("text") ? t["text"].get<std::string>() : t["data"].dump();
     auto ids = tok.encode(s, {.add_special = false});
-    ids.push_back(eos);
+    if (eos >= 0) ids.push_back(eos);
     grammar::token_matcher m(g);
     bool accepted = true;
     std::string prefix;
@@ -114,6 +118,7 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
       }
       prefix += tok.piece(id);
     }
+    if (eos < 0 && accepted && !m.can_end()) accepted = false;
     if (valid != accepted && r.first_failure.empty())
       r.first_failure = (valid ? "valid text refused after '" : "invalid text accepted: '") +
                         prefix + "' of '" + s + "'";

@@ -6,14 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "maskbench.hpp"
 #include "npullm/grammar/gbnf.hpp"
+#include "npullm/grammar/grammar_cache.hpp"
 #include "npullm/grammar/json_schema.hpp"
 #include "npullm/grammar/token_matcher.hpp"
 #include "npullm/text/tokenizer.hpp"
@@ -199,7 +204,9 @@ TEST(grammar_vocab, maskbench_sample_has_no_invalidation_errors) {
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
-  // Every 24th file (about 240 of the 5,742, every split), the same ones each run.
+  // Every 24th file (about 240 of the 5,742, every split), the same ones each run, in one
+  // process (what a server meets: one schema after another, the heap's history included).
+  const auto t0 = std::chrono::steady_clock::now();
   std::size_t n = 0, passing = 0, compiled = 0, invalidation = 0, validation = 0, masks = 0;
   for (std::size_t k = 0; k < files.size(); k += 24) {
     const auto r = npullm::maskbench::run_file(files[k], vocab().tok, vocab().index);
@@ -215,11 +222,186 @@ TEST(grammar_vocab, maskbench_sample_has_no_invalidation_errors) {
       "maskbench sample: %zu files, %zu compiled, %zu passing, %zu validation errors, "
       "%zu invalidation errors, %zu masks\n",
       n, compiled, passing, validation, invalidation, masks);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("maskbench sample: %.1f s\n", seconds);
   EXPECT_GE(n, 200u);
   EXPECT_EQ(invalidation, 0u);
-  // What this compiler reaches today (it refuses 'not', patternProperties, number bounds...):
-  // a regression below it fails.
-  EXPECT_GE(passing * 100, n * 84) << passing << " of " << n;
+  // What this compiler reaches today (it refuses 'not', patternProperties, some oneOf...),
+  // measured at this commit: 240 files, 209 passing, 29 compile errors, 2 validation errors.
+  // A regression past these bounds fails; so does passing more easily by compiling less
+  // (compile errors) or by refusing valid texts (validation errors).
+  EXPECT_GE(passing * 100, n * 86) << passing << " of " << n;
+  EXPECT_LE(n - compiled, 32u) << "compile errors";
+  EXPECT_LE(validation, 4u) << "validation errors";
+  // The time budget of the sample, release and ASan alike.
+  EXPECT_LT(seconds, 60.0);
+}
+
+// Issue 57, masks in parallel: 8 threads share one cold grammar (its automaton, loop
+// information and a mask cache of 3 masks, evicting all the time, all built while they run),
+// each replaying an instance's tokens; every mask and every state id equals a reference made
+// alone on its own grammar (the states are numbered in the order they are made: the ids can
+// differ between grammars, not between the matchers of one).
+TEST(grammar_vocab, matchers_on_threads_share_one_grammar) {
+  NEED_VOCAB();
+  const auto& v = vocab();
+  const char* schema = R"({"type": "object", "properties": {"name": {"type": "string",
+      "maxLength": 40}, "tags": {"type": "array", "items": {"type": "string"}},
+      "n": {"type": "integer", "minimum": 1, "maximum": 300}}, "required": ["name", "tags", "n"],
+      "additionalProperties": false})";
+  const std::string text =
+      "{\"name\": \"Jos\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac de la Fuente\", \"tags\": [\"a\", "
+      "\"on-call\", \"C++20\"], \"n\": 250}";
+  const auto ids = v.tok.encode(text, {.add_special = false});
+  // The reference, alone.
+  std::vector<std::vector<std::uint64_t>> want;
+  {
+    auto g = std::make_shared<token_grammar>(json_schema_grammar(schema), v.index);
+    token_matcher m(g);
+    for (const std::int32_t id : ids) {
+      want.push_back(m.mask());
+      m.accept(id);
+    }
+    want.push_back(m.mask());
+  }
+  const std::size_t mask_cost = mask_words(v.index->size()) * 8 + 160;
+  auto shared = std::make_shared<token_grammar>(json_schema_grammar(schema), v.index,
+                                                grammar_memory{.mask_bytes = 3 * mask_cost});
+  constexpr int threads = 8;
+  std::vector<std::vector<token_grammar::state_id>> states(threads);
+  std::vector<int> wrong(threads, -1);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      token_matcher m(shared);
+      std::vector<std::uint64_t> mask(m.words());
+      for (std::size_t k = 0; k <= ids.size(); ++k) {
+        m.fill_mask(mask);
+        if (mask != want[k] && wrong[t] < 0) wrong[t] = static_cast<int>(k);
+        states[t].push_back(m.state());
+        if (k < ids.size() && !m.try_accept(ids[k]) && wrong[t] < 0) wrong[t] = static_cast<int>(k);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(wrong[t], -1) << "thread " << t << ": first wrong mask after " << wrong[t]
+                            << " tokens";
+    EXPECT_EQ(states[t], states[0]) << "thread " << t;
+  }
+  EXPECT_LE(shared->cached_masks(), 3u);
+  EXPECT_LE(shared->mask_bytes(), 3 * mask_cost);
+}
+
+// Issue 57, bounded memory: an automaton under a budget too small for its rows computes each
+// transition again (the same masks); past twice its budget it refuses with capacity_exhausted,
+// never a wrong mask.
+TEST(grammar_vocab, automaton_budget_keeps_masks_or_refuses) {
+  NEED_VOCAB();
+  const auto& v = vocab();
+  const char* schema = R"({"type": "object", "properties": {"a": {"type": "string"},
+      "b": {"type": "array", "items": {"type": "integer"}}}, "required": ["a", "b"]})";
+  const auto ids =
+      v.tok.encode("{\"a\": \"x y \\\" z\", \"b\": [1, 22, 333]}", {.add_special = false});
+  const auto run = [&](grammar_memory mem) {
+    auto g = std::make_shared<token_grammar>(json_schema_grammar(schema), v.index, mem);
+    token_matcher m(g);
+    std::vector<std::vector<std::uint64_t>> masks;
+    for (const std::int32_t id : ids) {
+      masks.push_back(m.mask());
+      m.accept(id);
+    }
+    masks.push_back(m.mask());
+    return std::make_pair(masks, g->bytes());
+  };
+  const auto [want, want_bytes] = run({});
+  // 100 KB: a page of states and no rows past the first page (64 states, 64 KiB of rows).
+  const auto [small, small_bytes] = run({.mask_bytes = 0, .automaton_bytes = 100'000});
+  EXPECT_EQ(small, want);
+  std::printf("automaton budget: %zu bytes with the defaults, %zu under a 100 KB budget\n",
+              want_bytes, small_bytes);
+  try {
+    (void)run({.mask_bytes = 0, .automaton_bytes = 1000});
+    ADD_FAILURE() << "no error past twice a 1,000-byte budget";
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), npullm::error_code::capacity_exhausted) << e.what();
+  }
+}
+
+// Resident set size in bytes (/proc/self/statm's second field, in pages); 0 if unreadable.
+std::size_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::size_t total = 0, resident = 0;
+  if (!(in >> total >> resident)) return 0;
+  return resident * 4096;
+}
+
+// Issue 57, bounded memory: 10^5 masks over 1,000 different schemas through one grammar_cache
+// under a 32 MiB budget (each grammar: 2 MiB of masks, 4 MiB of automaton): the cache's bytes
+// stay under its budget (plus the grammar in use, which the cache keeps even alone over it),
+// the token_index's loop masks under their count, and the process's resident memory grows by
+// less than the budget and a margin for the allocator (not checked under ASan, whose
+// quarantine holds freed memory on purpose).
+TEST(grammar_vocab, memory_bounded_over_many_schemas) {
+  NEED_VOCAB();
+  const auto& v = vocab();
+  constexpr std::size_t budget = std::size_t{32} << 20;
+  grammar_cache cache(
+      v.index, 64, budget,
+      grammar_memory{.mask_bytes = std::size_t{2} << 20, .automaton_bytes = std::size_t{4} << 20});
+  const auto start = std::chrono::steady_clock::now();
+  const std::size_t rss0 = resident_bytes();
+  std::size_t masks = 0, peak = 0, peak_rss = 0;
+  std::vector<std::uint64_t> mask(mask_words(v.index->size()));
+  for (int k = 0; k < 1000; ++k) {
+    // Schemas that differ in their keys, bounds and shapes (so in their states and masks).
+    const std::string key = "key_" + std::to_string(k);
+    const std::string schema =
+        R"({"type": "object", "properties": {")" + key + R"(": {"type": "string", "maxLength": )" +
+        std::to_string(20 + k % 50) + R"(}, "list": {"type": "array", "items": {"type": ")" +
+        (k % 2 ? "integer" : "number") + R"("}, "maxItems": )" + std::to_string(3 + k % 7) +
+        R"(}}, "required": [")" + key + R"(", "list"], "additionalProperties": false})";
+    auto g = cache.json_schema(schema);
+    token_matcher m(g);
+    // 100 masks: an instance's tokens, then again from the start.
+    const auto ids =
+        v.tok.encode("{\"" + key + "\": \"abc " + std::to_string(k) + "\", \"list\": [1, 2, 3]}",
+                     {.add_special = false});
+    for (int n = 0; n < 100; ++n) {
+      const std::size_t at = static_cast<std::size_t>(n) % (ids.size() + 1);
+      if (at == 0) m = token_matcher(g);  // (rollback(accepted()): GCC 12 warns falsely)
+      m.fill_mask(mask);
+      ++masks;
+      if (at < ids.size()) {
+        ASSERT_TRUE(mask_test(mask, ids[at])) << schema << " at " << at;
+        m.accept(ids[at]);
+      }
+    }
+    const std::size_t held = cache.bytes();
+    peak = std::max(peak, held);
+    ASSERT_LE(held, budget + g->bytes()) << "after " << k + 1 << " schemas";
+    EXPECT_LE(g->mask_bytes(), std::size_t{2} << 20);
+    if (k % 100 == 99) peak_rss = std::max(peak_rss, resident_bytes());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::size_t rss1 = resident_bytes();
+  std::printf(
+      "memory: %zu masks over 1000 schemas in %.1f s; cache %zu grammars, %.1f MiB now, peak "
+      "%.1f MiB (budget %.0f MiB); loop masks %zu; resident %.1f -> %.1f MiB (peak %.1f)\n",
+      masks, seconds, cache.size(), static_cast<double>(cache.bytes()) / (1 << 20),
+      static_cast<double>(peak) / (1 << 20), static_cast<double>(budget) / (1 << 20),
+      v.index->loop_masks(), static_cast<double>(rss0) / (1 << 20),
+      static_cast<double>(rss1) / (1 << 20), static_cast<double>(peak_rss) / (1 << 20));
+  EXPECT_EQ(masks, 100'000u);
+  EXPECT_LE(v.index->loop_masks(), token_index::max_loop_masks);
+#if !defined(__SANITIZE_ADDRESS__)
+  if (rss0 > 0) {
+    // The budget, the grammar in use and 48 MiB for the allocator's free lists and arenas.
+    EXPECT_LE(std::max(rss1, peak_rss), rss0 + budget + (std::size_t{48} << 20));
+  }
+#endif
 }
 
 }  // namespace

@@ -14,9 +14,11 @@
 // context by itself.
 //
 // prefetcher() gives the sampler's prefetch hook (sampler_config::prefetch): it brings the
-// matcher to a context and computes its mask on another thread (std::async) while the caller
-// runs the model; the next call with that context uses the mask (waiting for it if need be),
-// any other context is computed as before. The masks are the same either way.
+// matcher to a context and computes its mask on another thread while the caller runs the model;
+// the next call with that context uses the mask (waiting for it if need be), any other context
+// is computed as before. The masks are the same either way. The thread is the processor's own
+// worker, started at the first prefetch and kept until the processor goes (one thread per
+// sequence that prefetches, not one per token).
 //
 // Row entries past the vocabulary (an embedding padded to a round size) are masked too.
 // Copies share one matcher (std::function copies it): make one processor per sequence; they may
@@ -24,13 +26,15 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -81,19 +85,7 @@ class grammar_processor {
     return [s = s_, prompt = prompt_](std::span<const std::int32_t> context) {
       if (context.size() < prompt) return;
       s->wait();
-      std::vector<std::int32_t> generated(context.begin() + static_cast<std::ptrdiff_t>(prompt),
-                                          context.end());
-      state* st = s.get();  // the state waits for the job before it goes (~state)
-      st->job = std::async(std::launch::async, [st, generated = std::move(generated)] {
-        try {
-          if (st->sync(generated) && !st->mask_ready) {
-            st->matcher.fill_mask(st->mask);
-            st->mask_ready = true;
-          }
-        } catch (...) {
-          st->mask_ready = false;  // the call with this context computes it again, and raises
-        }
-      });
+      s->post(context.subspan(prompt));
     };
   }
 
@@ -109,10 +101,51 @@ class grammar_processor {
         : matcher(std::move(g)), mask(matcher.words()) {}
     state(const state&) = delete;
     state& operator=(const state&) = delete;
-    ~state() { wait(); }
+    ~state() {
+      if (!worker.joinable()) return;
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        stop = true;
+      }
+      wake.notify_all();
+      worker.join();  // after the job in flight, if any
+    }
 
+    // Waits for the prefetch in flight, if any (its errors stay with it: the call with that
+    // context computes the mask again, and raises).
     void wait() {
-      if (job.valid()) job.get();  // the job keeps its own errors
+      std::unique_lock<std::mutex> lock(mutex);
+      done.wait(lock, [&] { return !pending; });
+    }
+    // Hands the worker a context's generated tokens (no job in flight: wait() first).
+    void post(std::span<const std::int32_t> generated) {
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        next_tokens.assign(generated.begin(), generated.end());
+        pending = true;
+      }
+      if (!worker.joinable()) worker = std::thread([this] { run(); });
+      wake.notify_one();
+    }
+    void run() {
+      std::unique_lock<std::mutex> lock(mutex);
+      for (;;) {
+        wake.wait(lock, [&] { return pending || stop; });
+        if (!pending) return;  // stop, nothing left to do
+        lock.unlock();
+        // The caller waits (wait()) before it touches the matcher or the mask again.
+        try {
+          if (sync(next_tokens) && !mask_ready) {
+            matcher.fill_mask(mask);
+            mask_ready = true;
+          }
+        } catch (...) {
+          mask_ready = false;
+        }
+        lock.lock();
+        pending = false;
+        done.notify_all();
+      }
     }
     // Brings the matcher to the generated tokens: rolled back to the longest prefix it shares
     // with them, then the rest accepted. False when the grammar refuses one of them (the
@@ -136,7 +169,12 @@ class grammar_processor {
     std::vector<std::int32_t> tokens;  // the generated tokens the matcher has accepted
     std::vector<std::uint64_t> mask;
     bool mask_ready = false;  // mask is the grammar's after exactly `tokens`
-    std::future<void> job;    // a prefetch in flight (last: it goes first, waiting for the job)
+    // The prefetch worker: `pending` while it owns the matcher and the mask.
+    std::mutex mutex;
+    std::condition_variable wake, done;
+    std::vector<std::int32_t> next_tokens;  // the context's generated tokens to bring it to
+    bool pending = false, stop = false;
+    std::thread worker;  // last: started on the first prefetch, joined by ~state
   };
   std::shared_ptr<state> s_;
   std::size_t prompt_ = 0;

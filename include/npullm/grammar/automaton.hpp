@@ -17,20 +17,33 @@
 //
 // Each (state, byte) transition is computed once and cached, so a parse state is a 32-bit id and
 // a byte is one table lookup after warm-up: what the token masks walk (token_matcher.hpp).
-// States and frames are never freed: memory grows with the distinct states visited. A step
-// that would visit more than 200,000 (position, stack) pairs (a grammar so ambiguous that its
-// stacks multiply) throws capacity_exhausted, leaving the state as it was. Not
-// thread-safe: next() fills the caches (share one automaton per thread).
+// States and frames are never freed (a state id names a state for the automaton's life: the
+// matchers of a grammar keep them in their histories); memory is bounded by a byte budget
+// (max_bytes, default 64 MiB, counted by bytes()): transition rows (1 KiB a state) are made
+// while the automaton is under it; a state made past it has no row, so its transitions are
+// computed again on each call (slower, the same states); a new state past twice the budget
+// throws capacity_exhausted (never a wrong transition). A step that would visit more than
+// 200,000 (position, stack) pairs (a grammar so ambiguous that its stacks multiply) throws
+// capacity_exhausted, leaving the state as it was.
+//
+// Thread-safe, and reads do not lock: states and rows live in pages that never move (a
+// directory of page pointers, replaced by a larger copy when full, the old ones kept), a
+// transition is an atomic entry, so next() over known transitions, can_end() and
+// between_characters() read without a lock; a transition not yet known (computing it, and
+// interning the states it makes) takes the automaton's lock. So threads sharing one automaton
+// walk it in parallel once it is warm, and agree on every state id.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -48,7 +61,10 @@ class byte_automaton {
   using state_id = std::uint32_t;
   static constexpr state_id dead = 0;  // no stack left: nothing more can match
 
-  explicit byte_automaton(grammar g) : g_(std::move(g)) {
+  static constexpr std::size_t default_max_bytes = std::size_t{64} << 20;
+
+  explicit byte_automaton(grammar g, std::size_t max_bytes = default_max_bytes)
+      : g_(std::move(g)), max_bytes_(max_bytes) {
     if (g_.root >= g_.rule_alts.size())
       raise(error_code::invalid_argument, "grammar: root rule ", g_.root, " of ",
             g_.rule_alts.size());
@@ -64,16 +80,20 @@ class byte_automaton {
 
   [[nodiscard]] state_id start() const noexcept { return start_; }
 
-  // The state after byte b (dead if b cannot come next).
+  byte_automaton(const byte_automaton&) = delete;
+  byte_automaton& operator=(const byte_automaton&) = delete;
+
+  // The state after byte b (dead if b cannot come next). Without a lock when known.
   state_id next(state_id s, unsigned char b) {
-    const std::uint32_t t = transition(s, b);
-    if (t != unknown) return t;
-    if (b < 0x80 && states_[s].need == 0) {
+    if (const std::uint32_t t = load_transition(s, b); t != unknown) return t;
+    const std::lock_guard<std::mutex> lock(build_);
+    if (const std::uint32_t t = load_transition(s, b); t != unknown) return t;  // made meanwhile
+    if (b < 0x80 && info(s).need == 0 && slot(s)->row) {
       fill_ascii(s);
-      return transition(s, b);
+      return load_transition(s, b);
     }
     const state_id r = compute(s, b);
-    transition(s, b) = r;
+    store_transition(s, b, r);
     return r;
   }
   // The state after the bytes (dead as soon as one cannot come next).
@@ -92,7 +112,8 @@ class byte_automaton {
   // `mixed` when the stacks disagree.
   static constexpr state_id mixed = 0xFFFFFFFFu;
   state_id next_on_all(state_id s, const std::array<std::uint64_t, 2>& bytes, bool non_ascii) {
-    const state_info st = states_[s];
+    const std::lock_guard<std::mutex> lock(build_);  // reads state_frames_, which grows
+    const state_info st = info(s);
     if (st.need != 0 || (bytes[0] | bytes[1]) == 0) return mixed;
     bool any = false;
     for (std::uint32_t k = 0; k < st.count; ++k) {
@@ -110,28 +131,30 @@ class byte_automaton {
     if (!any) return dead;
     const unsigned b0 = bytes[0] != 0 ? static_cast<unsigned>(std::countr_zero(bytes[0]))
                                       : 64u + static_cast<unsigned>(std::countr_zero(bytes[1]));
-    if (const std::uint32_t t = transition(s, static_cast<unsigned char>(b0)); t != unknown)
+    if (const std::uint32_t t = load_transition(s, static_cast<unsigned char>(b0)); t != unknown)
       return t;
     const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
                                          state_frames_.begin() + st.begin + st.count);
     const state_id r = advance(cur, b0);
     for (unsigned b = 0; b < 128; ++b)
-      if ((bytes[b >> 6] >> (b & 63)) & 1) transition(s, static_cast<unsigned char>(b)) = r;
+      if ((bytes[b >> 6] >> (b & 63)) & 1) store_transition(s, static_cast<unsigned char>(b), r);
     return r;
   }
 
   // Whether the text so far is a whole sentence of the grammar.
   [[nodiscard]] bool can_end(state_id s) const noexcept {
-    return states_[s].accept && states_[s].need == 0;
+    const state_info& st = info(s);
+    return st.accept && st.need == 0;
   }
   // Whether bytes of the grammar may still follow (some stack is waiting on a class).
-  [[nodiscard]] bool can_continue(state_id s) const noexcept { return states_[s].count > 0; }
+  [[nodiscard]] bool can_continue(state_id s) const noexcept { return info(s).count > 0; }
   // Whether s is between characters (no UTF-8 character half read).
-  [[nodiscard]] bool between_characters(state_id s) const noexcept { return states_[s].need == 0; }
+  [[nodiscard]] bool between_characters(state_id s) const noexcept { return info(s).need == 0; }
   // Whether s is between characters and each of its stacks takes every non-ASCII code point
   // or none: then every non-ASCII character leads from s to one same state.
-  [[nodiscard]] bool uniform_non_ascii(state_id s) const noexcept {
-    const state_info& st = states_[s];
+  [[nodiscard]] bool uniform_non_ascii(state_id s) const {
+    const std::lock_guard<std::mutex> lock(build_);
+    const state_info& st = info(s);
     if (st.need != 0) return false;
     for (std::uint32_t k = 0; k < st.count; ++k) {
       const char_class& c = g_.classes[g_.elements[frames_[state_frames_[st.begin + k]].pos].value];
@@ -144,7 +167,14 @@ class byte_automaton {
   // Whether the whole of `text` is a sentence of the grammar.
   [[nodiscard]] bool matches(std::string_view text) { return can_end(next(start_, text)); }
 
-  [[nodiscard]] std::size_t state_count() const noexcept { return states_.size(); }
+  [[nodiscard]] std::size_t state_count() const noexcept {
+    return count_.load(std::memory_order_acquire);
+  }
+  // Bytes held by states, rows, frames and their indexes (an estimate of the allocations).
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return bytes_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::size_t max_bytes() const noexcept { return max_bytes_; }
   [[nodiscard]] const grammar& rules() const noexcept { return g_; }
 
  private:
@@ -167,7 +197,10 @@ class byte_automaton {
   std::uint32_t frame_id(std::uint32_t pos, std::uint32_t parent) {
     const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
     const auto [it, inserted] = frame_ids_.emplace(key, static_cast<std::uint32_t>(frames_.size()));
-    if (inserted) frames_.push_back({pos, parent});
+    if (inserted) {
+      frames_.push_back({pos, parent});
+      add_bytes(sizeof(frame) + 48);  // the frame and its map node
+    }
     return it->second;
   }
 
@@ -220,10 +253,14 @@ class byte_automaton {
     tail[1] = static_cast<char>(need);
     tail[2] = static_cast<char>(len);
     std::memcpy(tail + 4, &value, 4);
-    const auto [it, inserted] = state_ids_.emplace(std::move(key), 0);
-    if (!inserted) return it->second;
-    const auto id = static_cast<state_id>(states_.size());
-    it->second = id;
+    if (const auto it = state_ids_.find(key); it != state_ids_.end()) return it->second;
+    if (state_count() >= 2 && bytes() > 2 * max_bytes_)  // dead and start always exist
+      raise(error_code::capacity_exhausted, "grammar: the automaton holds ", bytes(),
+            " bytes, past twice its budget of ", max_bytes_, " (", state_count(), " states)");
+    const auto id = static_cast<state_id>(count_.load(std::memory_order_relaxed));
+    if (id % page_states == 0) add_page(id / page_states);
+    add_bytes(key.size() + 64 + frames.size() * 4);  // the key, its map node, state_frames_
+    state_ids_.emplace(std::move(key), id);
     state_info st;
     st.begin = static_cast<std::uint32_t>(state_frames_.size());
     st.count = static_cast<std::uint32_t>(frames.size());
@@ -232,11 +269,8 @@ class byte_automaton {
     st.len = len;
     st.value = value;
     state_frames_.insert(state_frames_.end(), frames.begin(), frames.end());
-    states_.push_back(st);
-    if (id % page_states == 0) {
-      pages_.push_back(std::make_unique<std::uint32_t[]>(page_states * 256));
-      std::fill_n(pages_.back().get(), page_states * 256, unknown);
-    }
+    slot(id)->info[id % page_states] = st;
+    count_.store(id + 1, std::memory_order_release);
     return id;
   }
 
@@ -290,7 +324,7 @@ class byte_automaton {
   // state, so one advance per distinct set of taking stacks (inside a string: a handful for
   // the 128 bytes) instead of one per byte.
   void fill_ascii(state_id s) {
-    const state_info st = states_[s];
+    const state_info st = info(s);
     const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
                                          state_frames_.begin() + st.begin + st.count);
     const std::size_t words = (cur.size() + 63) / 64;
@@ -315,12 +349,12 @@ class byte_automaton {
           by_takers.emplace(takers, r);
         }
       }
-      transition(s, b) = r;
+      store_transition(s, static_cast<unsigned char>(b), r);
     }
   }
 
   state_id compute(state_id s, unsigned char b) {
-    const state_info st = states_[s];
+    const state_info st = info(s);
     const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
                                          state_frames_.begin() + st.begin + st.count);
     if (cur.empty()) return dead;
@@ -349,18 +383,81 @@ class byte_automaton {
   static constexpr char32_t any_value = 0xFFFFFFFFu;  // see partial()
 
   grammar g_;
+  std::size_t max_bytes_ = default_max_bytes;
   state_id start_ = dead;
+  // Written under build_ only; read under it too but for the pages (below).
+  mutable std::mutex build_;
   std::vector<frame> frames_;
   std::unordered_map<std::uint64_t, std::uint32_t> frame_ids_;
-  std::vector<state_info> states_;
   std::vector<std::uint32_t> state_frames_;
   std::unordered_map<std::string, state_id> state_ids_;
-  // (state, byte) -> state, `unknown` until computed: pages of page_states states, so that a
-  // new state never moves the table (a grammar may reach 100,000 states: 100 MB copied).
-  static constexpr std::size_t page_states = 256;
-  std::vector<std::unique_ptr<std::uint32_t[]>> pages_;
-  std::uint32_t& transition(state_id s, unsigned char b) {
-    return pages_[s / page_states][(s % page_states) * 256 + b];
+  std::atomic<std::uint32_t> count_{0};
+  std::atomic<std::size_t> bytes_{0};
+  void add_bytes(std::size_t n) noexcept {
+    bytes_.store(bytes_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+
+  // States by id in pages of page_states, each with its (state, byte) -> state row, `unknown`
+  // until computed: a page never moves once made, so readers hold no lock (a grammar may reach
+  // 100,000 states: a growing table would copy 100 MB, and move under a reader). A page made
+  // past the byte budget has no row (its transitions are computed on each call). The
+  // directory of pages is replaced by one twice its size when full; the old ones are kept (a
+  // reader may hold one), so all of them together are at most twice the last.
+  static constexpr std::size_t page_states = 64;
+  struct page {
+    state_info info[page_states];
+    std::unique_ptr<std::atomic<std::uint32_t>[]> row;  // page_states * 256, or null
+  };
+  struct directory {
+    explicit directory(std::size_t n)
+        : capacity(n), slots(std::make_unique<std::atomic<page*>[]>(n)) {}
+    std::size_t capacity;
+    std::unique_ptr<std::atomic<page*>[]> slots;
+  };
+  std::atomic<directory*> dir_{nullptr};
+  std::vector<std::unique_ptr<directory>> dirs_;  // every directory made (the current last)
+  std::vector<std::unique_ptr<page>> pages_;
+
+  page* slot(state_id s) const noexcept {
+    return dir_.load(std::memory_order_acquire)
+        ->slots[s / page_states]
+        .load(std::memory_order_acquire);
+  }
+  const state_info& info(state_id s) const noexcept { return slot(s)->info[s % page_states]; }
+  // Acquire: a reader that sees a new state's id sees its page and info, written before.
+  std::uint32_t load_transition(state_id s, unsigned char b) const noexcept {
+    const page* p = slot(s);
+    if (!p->row) return unknown;
+    return p->row[(s % page_states) * 256 + b].load(std::memory_order_acquire);
+  }
+  void store_transition(state_id s, unsigned char b, state_id r) noexcept {
+    page* p = slot(s);
+    if (p->row) p->row[(s % page_states) * 256 + b].store(r, std::memory_order_release);
+  }
+  // Page k for states k * page_states on (under build_).
+  void add_page(std::size_t k) {
+    directory* d = dir_.load(std::memory_order_relaxed);
+    if (d == nullptr || k >= d->capacity) {
+      auto bigger = std::make_unique<directory>(std::max<std::size_t>(16, 2 * k));
+      for (std::size_t i = 0; d != nullptr && i < d->capacity; ++i)
+        bigger->slots[i].store(d->slots[i].load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+      add_bytes(bigger->capacity * sizeof(void*));
+      d = bigger.get();
+      dirs_.push_back(std::move(bigger));
+    }
+    auto p = std::make_unique<page>();
+    add_bytes(sizeof(page));
+    constexpr std::size_t row_bytes = page_states * 256 * sizeof(std::uint32_t);
+    if (bytes() + row_bytes <= max_bytes_) {
+      p->row = std::make_unique<std::atomic<std::uint32_t>[]>(page_states * 256);
+      for (std::size_t i = 0; i < page_states * 256; ++i)
+        p->row[i].store(unknown, std::memory_order_relaxed);
+      add_bytes(row_bytes);
+    }
+    d->slots[k].store(p.get(), std::memory_order_release);
+    pages_.push_back(std::move(p));
+    dir_.store(d, std::memory_order_release);
   }
   std::unordered_set<std::uint64_t> visited_;
   // clear() costs the bucket count, which one wide step (a start state 100,000 rules deep)

@@ -8,8 +8,12 @@
 //   batch::grammar_processor p(g, prompt.size());               // one per sequence
 //
 // The key is the exact text with its kind and options (two texts that differ in whitespace are
-// two entries). At most `capacity` grammars are kept, the least recently asked for leaving
-// first; a grammar that left stays alive while a matcher holds it.
+// two entries). At most `capacity` grammars are kept, and at most `max_bytes` of them (default
+// 256 MiB, counted by token_grammar::bytes(): automata and cached masks, which grow as masks
+// are asked for; checked at each request), the least recently asked for leaving first (the one
+// just asked for stays); a grammar that left stays alive while a matcher holds it. Each grammar
+// is made with the cache's grammar_memory (token_matcher.hpp: its own mask and automaton
+// budgets).
 //
 // Thread-safe: requests from several threads for a text not yet compiled compile it once (the
 // others wait for it); a text that fails to compile raises the same error to each of them and
@@ -38,8 +42,11 @@ namespace npullm::grammar {
 
 class grammar_cache {
  public:
-  grammar_cache(std::shared_ptr<const token_index> index, std::size_t capacity = 64)
-      : index_(std::move(index)), capacity_(capacity) {
+  static constexpr std::size_t default_max_bytes = std::size_t{256} << 20;
+
+  grammar_cache(std::shared_ptr<const token_index> index, std::size_t capacity = 64,
+                std::size_t max_bytes = default_max_bytes, grammar_memory memory = {})
+      : index_(std::move(index)), capacity_(capacity), max_bytes_(max_bytes), memory_(memory) {
     if (!index_) raise(error_code::invalid_argument, "grammar_cache: no token_index");
     if (capacity_ == 0) raise(error_code::invalid_argument, "grammar_cache: capacity 0");
   }
@@ -65,6 +72,12 @@ class grammar_cache {
     return entries_.size();
   }
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::size_t max_bytes() const noexcept { return max_bytes_; }
+  // Bytes of the grammars kept now (token_grammar::bytes()).
+  [[nodiscard]] std::size_t bytes() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return kept_bytes();
+  }
   // Requests answered from the cache / compiled (failed compilations included).
   [[nodiscard]] std::size_t hits() const {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -82,6 +95,7 @@ class grammar_cache {
     future value;
     std::uint64_t id = 0;                   // which compilation made it
     std::list<std::string>::iterator used;  // its place in order_
+    std::shared_ptr<token_grammar> made;    // once compiled (for its bytes)
   };
 
   static std::string key(char kind, char option, std::string_view text) {
@@ -100,6 +114,7 @@ class grammar_cache {
       ++hits_;
       order_.splice(order_.begin(), order_, it->second.used);
       future f = it->second.value;
+      trim();  // the grammars grew since the last request
       lock.unlock();
       return f.get();  // waits while another thread compiles it
     }
@@ -108,16 +123,15 @@ class grammar_cache {
     const future f = promise.get_future().share();
     const std::uint64_t id = ++compilations_;
     order_.push_front(k);
-    entries_.emplace(k, entry{f, id, order_.begin()});
+    entries_.emplace(k, entry{f, id, order_.begin(), nullptr});
     lock.unlock();
     try {
-      auto g = std::make_shared<token_grammar>(compile(), index_);
+      auto g = std::make_shared<token_grammar>(compile(), index_, memory_);
       promise.set_value(g);
       lock.lock();  // made: now the least recently used leave (not before: a failure keeps them)
-      while (entries_.size() > capacity_) {
-        entries_.erase(order_.back());
-        order_.pop_back();
-      }
+      if (const auto it = entries_.find(k); it != entries_.end() && it->second.id == id)
+        it->second.made = g;
+      trim();
       return g;
     } catch (...) {
       promise.set_exception(std::current_exception());
@@ -130,8 +144,32 @@ class grammar_cache {
     }
   }
 
+  std::size_t kept_bytes() const {
+    std::size_t total = 0;
+    for (const auto& [k, e] : entries_)
+      if (e.made) total += e.made->bytes();
+    return total;
+  }
+  // Under mutex_: the least recently asked for leave while over the count or the bytes; the
+  // most recent stays (a grammar alone over the budget is still served).
+  void trim() {
+    while (entries_.size() > capacity_) {
+      entries_.erase(order_.back());
+      order_.pop_back();
+    }
+    std::size_t total = kept_bytes();
+    while (total > max_bytes_ && entries_.size() > 1) {
+      const auto it = entries_.find(order_.back());
+      if (it->second.made) total -= std::min(total, it->second.made->bytes());
+      entries_.erase(it);
+      order_.pop_back();
+    }
+  }
+
   std::shared_ptr<const token_index> index_;
   std::size_t capacity_ = 0;
+  std::size_t max_bytes_ = default_max_bytes;
+  grammar_memory memory_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, entry> entries_;
   std::list<std::string> order_;  // keys, most recently asked for first

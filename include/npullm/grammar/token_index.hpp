@@ -17,6 +17,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -189,13 +190,21 @@ class token_index {
   // The tokens made only of the given ASCII bytes and, with non_ascii, of non-ASCII
   // characters (valid UTF-8, a last one possibly unfinished): the tokens a state whose self
   // loops are exactly those allows whatever else it does. Computed once per byte set (a walk
-  // of the trie) and kept; thread-safe.
-  [[nodiscard]] const std::vector<std::uint64_t>& loop_mask(std::array<std::uint64_t, 2> ascii,
-                                                            bool non_ascii) const {
+  // of the trie) and kept, at most max_loop_masks of them (the least recently used leaving:
+  // grammars come and go over a process's life, their byte sets with them; a caller keeps
+  // the one it reads alive); thread-safe. The trie walk runs outside the lock.
+  static constexpr std::size_t max_loop_masks = 256;  // 4 MiB at Llama 3's 128k tokens
+  using shared_mask = std::shared_ptr<const std::vector<std::uint64_t>>;
+  [[nodiscard]] shared_mask loop_mask(std::array<std::uint64_t, 2> ascii, bool non_ascii) const {
     const auto key = std::make_tuple(ascii[0], ascii[1], non_ascii);
-    const std::lock_guard<std::mutex> lock(loops_->mutex);
-    if (const auto it = loops_->masks.find(key); it != loops_->masks.end()) return it->second;
-    std::vector<std::uint64_t> m((size_ + 63) / 64, 0);
+    {
+      const std::lock_guard<std::mutex> lock(loops_->mutex);
+      if (const auto it = loops_->masks.find(key); it != loops_->masks.end()) {
+        loops_->order.splice(loops_->order.begin(), loops_->order, it->second.used);
+        return it->second.mask;
+      }
+    }
+    auto m = std::make_shared<std::vector<std::uint64_t>>((size_ + 63) / 64, 0);
     std::vector<int> dec(max_depth_ + 1, 0);
     for (std::size_t i = 0; i < nodes_.size();) {
       const node& nd = nodes_[i];
@@ -213,11 +222,25 @@ class token_index {
       dec[nd.depth] = next;
       for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
         const auto id = static_cast<std::uint32_t>(ids_[k]);
-        m[id >> 6] |= std::uint64_t{1} << (id & 63);
+        (*m)[id >> 6] |= std::uint64_t{1} << (id & 63);
       }
       ++i;
     }
-    return loops_->masks.emplace(key, std::move(m)).first->second;
+    const std::lock_guard<std::mutex> lock(loops_->mutex);
+    if (const auto it = loops_->masks.find(key); it != loops_->masks.end())
+      return it->second.mask;  // another thread made it meanwhile (the same mask)
+    while (loops_->masks.size() >= max_loop_masks) {
+      loops_->masks.erase(loops_->order.back());
+      loops_->order.pop_back();
+    }
+    loops_->order.push_front(key);
+    loops_->masks.emplace(key, loop_entry{m, loops_->order.begin()});
+    return m;
+  }
+  // Loop masks kept now (at most max_loop_masks).
+  [[nodiscard]] std::size_t loop_masks() const {
+    const std::lock_guard<std::mutex> lock(loops_->mutex);
+    return loops_->masks.size();
   }
   // The tokens of at most n bytes (every token for n >= max_depth()): with loop_mask, the
   // tokens a bounded repetition allows whole (n copies left). Computed once per n; thread-safe.
@@ -258,9 +281,15 @@ class token_index {
   std::size_t size_ = 0;
   std::vector<node> nodes_;
   std::vector<summary> summaries_;  // by node
+  using loop_key = std::tuple<std::uint64_t, std::uint64_t, bool>;
+  struct loop_entry {
+    shared_mask mask;
+    std::list<loop_key>::iterator used;  // its place in order
+  };
   struct loop_cache {
     std::mutex mutex;
-    std::map<std::tuple<std::uint64_t, std::uint64_t, bool>, std::vector<std::uint64_t>> masks;
+    std::map<loop_key, loop_entry> masks;
+    std::list<loop_key> order;                        // most recently used first
     std::vector<std::vector<std::uint64_t>> lengths;  // length_mask(n) at n, once computed
   };
   std::unique_ptr<loop_cache> loops_ = std::make_unique<loop_cache>();  // movable index

@@ -15,18 +15,26 @@
 //
 // A token_matcher holds its history (the automaton state after each accepted token), so
 // rollback is popping and fork is a copy; matchers of one token_grammar share its caches.
-// Thread safety: a token_grammar's public functions take its lock (its automaton and caches
-// grow as masks are asked for), so matchers on several threads may share one (a server's
-// cached grammar, grammar_cache.hpp); their masks are then computed one at a time. One
-// token_matcher is used by one thread at a time.
+// Thread safety: matchers on several threads may share one token_grammar (a server's cached
+// grammar, grammar_cache.hpp) and compute their masks in parallel: the walk reads the
+// automaton without a lock (automaton.hpp: only a transition not yet known locks), the loop
+// information per state is published once in pages that never move, and the mask cache takes
+// its own short lock (a lookup, not a copy). State ids are the automaton's, the same for every
+// matcher. One token_matcher is used by one thread at a time.
+//
+// Memory (grammar_memory): cached masks are kept under a byte budget (mask_bytes, default
+// 16 MiB: 1,000 masks of Llama 3's 128k vocabulary), the least recently used leaving first;
+// the automaton under its own (automaton_bytes, default 64 MiB: automaton.hpp). bytes() adds
+// them up (what grammar_cache's budget counts).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -46,9 +54,18 @@ namespace npullm::grammar {
 constexpr std::size_t mask_words(std::size_t n) noexcept {
   return (n + 63) / 64;
 }
+// Whether id is in the mask; false for an id outside it (a vocabulary without an EOS id has
+// eos = -1: not a token, never allowed).
 inline bool mask_test(std::span<const std::uint64_t> mask, std::int32_t id) noexcept {
+  if (id < 0 || static_cast<std::size_t>(id) >> 6 >= mask.size()) return false;
   return (mask[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1;
 }
+
+// A compiled grammar's memory budgets (see the top).
+struct grammar_memory {
+  std::size_t mask_bytes = std::size_t{16} << 20;  // cached masks, least recently used evicted
+  std::size_t automaton_bytes = byte_automaton::default_max_bytes;  // automaton.hpp
+};
 
 class token_grammar {
  public:
@@ -56,25 +73,39 @@ class token_grammar {
   // Reserved state of a matcher past an end-of-generation token.
   static constexpr state_id finished = 0xFFFFFFFEu;
 
-  // max_cached_masks: masks kept per grammar (each mask_words(vocab) * 8 bytes); the cache is
-  // emptied when full.
-  token_grammar(grammar g, std::shared_ptr<const token_index> index,
-                std::size_t max_cached_masks = 4096)
-      : automaton_(std::move(g)), index_(std::move(index)), max_cached_(max_cached_masks) {
+  token_grammar(grammar g, std::shared_ptr<const token_index> index, grammar_memory memory = {})
+      : automaton_(std::move(g), memory.automaton_bytes),
+        index_(std::move(index)),
+        max_mask_bytes_(memory.mask_bytes) {
     if (!index_) raise(error_code::invalid_argument, "token_grammar: no token_index");
     words_ = mask_words(index_->size());
-    states_.resize(index_->max_depth() + 1);
-    dec_.resize(index_->max_depth() + 1);
   }
+  // A budget of max_cached_masks masks (0: none cached).
+  token_grammar(grammar g, std::shared_ptr<const token_index> index, std::size_t max_cached_masks)
+      : token_grammar(
+            std::move(g), index,
+            grammar_memory{.mask_bytes =
+                               index ? max_cached_masks * mask_entry_bytes(index->size()) : 0}) {}
+  token_grammar(const token_grammar&) = delete;
+  token_grammar& operator=(const token_grammar&) = delete;
 
   [[nodiscard]] const token_index& index() const noexcept { return *index_; }
   [[nodiscard]] std::size_t words() const noexcept { return words_; }
   // The state before any token.
   [[nodiscard]] state_id start() const noexcept { return automaton_.start(); }
   // States the automaton has built so far (it grows as masks are asked for).
-  [[nodiscard]] std::size_t state_count() const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return automaton_.state_count();
+  [[nodiscard]] std::size_t state_count() const noexcept { return automaton_.state_count(); }
+  // Bytes held: the automaton's, the cached masks' and the loop information's (not the
+  // token_index's: one per vocabulary, shared).
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    return automaton_.bytes() + mask_bytes() + loop_pages_bytes_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::size_t mask_bytes() const noexcept {
+    return cache_bytes_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::size_t cached_masks() const {
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    return cache_.size();
   }
 
   // The mask of state s into out (words() words).
@@ -82,32 +113,22 @@ class token_grammar {
     if (out.size() != words_)
       raise(error_code::invalid_shape, "token mask of ", out.size(), " words for a vocabulary of ",
             index_->size(), " tokens (", words_, " words)");
-    const std::lock_guard<std::mutex> lock(mutex_);
     if (s == finished) {
       std::fill(out.begin(), out.end(), 0);
       return;
     }
-    if (const auto it = cache_.find(s); it != cache_.end()) {
-      const std::uint64_t* src = cached(it->second);
-      std::copy(src, src + words_, out.begin());
+    if (const auto m = find_cached(s)) {
+      std::copy(m->begin(), m->end(), out.begin());  // outside the lock
       return;
     }
     compute(s, out);
-    if (cache_.size() >= max_cached_) cache_.clear();  // the pages stay for the next masks
-    if (max_cached_ > 0) {
-      const std::size_t k = cache_.size();
-      if (k / page_masks >= pages_.size())
-        pages_.push_back(std::make_unique<std::uint64_t[]>(page_masks * words_));
-      std::copy(out.begin(), out.end(), cached(k));
-      cache_.emplace(s, k);
-    }
+    if (max_mask_bytes_ > 0) keep(s, out);
   }
 
   // The state after token id from s (byte_automaton::dead when the grammar forbids it;
   // `finished` for an end-of-generation token where the grammar can end).
   state_id next(state_id s, std::int32_t id) {
     index_->check(id);
-    const std::lock_guard<std::mutex> lock(mutex_);
     if (s == finished) return byte_automaton::dead;
     if (index_->is_eog(id)) return automaton_.can_end(s) ? finished : byte_automaton::dead;
     if (!index_->has_bytes(id)) return byte_automaton::dead;
@@ -116,7 +137,6 @@ class token_grammar {
 
   [[nodiscard]] bool can_end(state_id s) const {
     if (s == finished) return true;
-    const std::lock_guard<std::mutex> lock(mutex_);
     return automaton_.can_end(s);
   }
 
@@ -131,86 +151,158 @@ class token_grammar {
   static constexpr std::uint32_t unlimited = 0xFFFFFFFFu;
   static constexpr int min_loop_bytes = 16;  // fewer: the walk over them is short anyway
   struct loop_info {
-    bool known = false;
     bool big = false;  // enough loop bytes for the walk to use them
     std::array<std::uint64_t, 2> ascii{};
     bool non_ascii = false;
     state_id step = byte_automaton::dead;
-    std::uint32_t budget = 0;  // 0: not yet known (see budget_of)
+    std::uint32_t budget = 0;  // unlimited for a self loop, else 0 (budget_of finds it)
   };
-  const loop_info& loops_of(state_id s) {
-    if (loops_.size() <= s) loops_.resize(automaton_.state_count());
-    if (loops_[s].known) return loops_[s];
-    loop_info l;
-    l.known = true;
-    // The dead state leads to itself on every byte, but allows nothing.
-    if (s != byte_automaton::dead && automaton_.between_characters(s)) {
-      // The loop's target: s itself if some byte leads back to it, else the live state the
-      // most ASCII bytes lead to.
-      std::array<state_id, 128> to{};
-      for (unsigned b = 0; b < 128; ++b) to[b] = automaton_.next(s, static_cast<unsigned char>(b));
-      state_id step = byte_automaton::dead;
-      if (std::find(to.begin(), to.end(), s) != to.end()) {
-        step = s;
-      } else {
-        std::array<state_id, 128> sorted = to;
-        std::sort(sorted.begin(), sorted.end());
-        std::size_t best = 0;
-        for (std::size_t i = 0; i < 128;) {
-          std::size_t j = i;
-          while (j < 128 && sorted[j] == sorted[i]) ++j;
-          if (sorted[i] != byte_automaton::dead && j - i > best) best = j - i, step = sorted[i];
-          i = j;
-        }
-      }
-      if (step != byte_automaton::dead) {
-        for (unsigned b = 0; b < 128; ++b)
-          if (to[b] == step) l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
-        l.non_ascii = automaton_.uniform_non_ascii(s) && automaton_.next(s, "\xc2\x80") == step;
-        l.step = step;
-        l.big = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= min_loop_bytes;
-        if (step == s) l.budget = unlimited;
+  // Published once per state: `known` (release) after `info`; `budget` found later by
+  // budget_of (0 until then; every thread finds the same).
+  struct loop_slot {
+    std::atomic<bool> known{false};
+    loop_info info;
+    std::atomic<std::uint32_t> budget{0};
+  };
+  // Slots by state in pages that never move, under a fixed directory (no lock to read): 2,048
+  // pages of 512 states (1M states; a state past that has its loop found on each call).
+  static constexpr std::size_t loop_page_states = 512, loop_pages = 2048;
+  struct loop_page {
+    loop_slot slots[loop_page_states];
+  };
+  loop_slot* loop_slot_of(state_id s) {
+    const std::size_t k = s / loop_page_states;
+    if (k >= loop_pages) return nullptr;
+    loop_page* p = loop_dir_[k].load(std::memory_order_acquire);
+    if (p == nullptr) {
+      const std::lock_guard<std::mutex> lock(loop_mutex_);
+      p = loop_dir_[k].load(std::memory_order_relaxed);
+      if (p == nullptr) {
+        auto fresh = std::make_unique<loop_page>();
+        p = fresh.get();
+        loop_owned_.push_back(std::move(fresh));
+        loop_pages_bytes_.fetch_add(sizeof(loop_page), std::memory_order_relaxed);
+        loop_dir_[k].store(p, std::memory_order_release);
       }
     }
-    loops_[s] = l;  // loops_ holds s (sized above; it only grows)
-    return loops_[s];
+    return &p->slots[s % loop_page_states];
+  }
+  loop_info find_loop(state_id s) {
+    loop_info l;
+    // The dead state leads to itself on every byte, but allows nothing.
+    if (s == byte_automaton::dead || !automaton_.between_characters(s)) return l;
+    // The loop's target: s itself if some byte leads back to it, else the live state the
+    // most ASCII bytes lead to.
+    std::array<state_id, 128> to{};
+    for (unsigned b = 0; b < 128; ++b) to[b] = automaton_.next(s, static_cast<unsigned char>(b));
+    state_id step = byte_automaton::dead;
+    if (std::find(to.begin(), to.end(), s) != to.end()) {
+      step = s;
+    } else {
+      std::array<state_id, 128> sorted = to;
+      std::sort(sorted.begin(), sorted.end());
+      std::size_t best = 0;
+      for (std::size_t i = 0; i < 128;) {
+        std::size_t j = i;
+        while (j < 128 && sorted[j] == sorted[i]) ++j;
+        if (sorted[i] != byte_automaton::dead && j - i > best) best = j - i, step = sorted[i];
+        i = j;
+      }
+    }
+    if (step != byte_automaton::dead) {
+      for (unsigned b = 0; b < 128; ++b)
+        if (to[b] == step) l.ascii[b >> 6] |= std::uint64_t{1} << (b & 63);
+      l.non_ascii = automaton_.uniform_non_ascii(s) && automaton_.next(s, "\xc2\x80") == step;
+      l.step = step;
+      l.big = std::popcount(l.ascii[0]) + std::popcount(l.ascii[1]) >= min_loop_bytes;
+      if (step == s) l.budget = unlimited;
+    }
+    return l;
+  }
+  // s's loop (a copy: small), found once and kept. Two threads may find it at once: the same
+  // result, the first kept.
+  loop_info loops_of(state_id s) {
+    loop_slot* slot = loop_slot_of(s);
+    if (slot != nullptr && slot->known.load(std::memory_order_acquire)) return slot->info;
+    const loop_info l = find_loop(s);
+    if (slot != nullptr) {
+      const std::lock_guard<std::mutex> lock(loop_mutex_);
+      if (!slot->known.load(std::memory_order_relaxed)) {
+        slot->info = l;
+        slot->known.store(true, std::memory_order_release);
+      }
+    }
+    return l;
   }
   // The budget of s (loop_info): how many times in a row every one of its loop bytes (and
   // characters) leads from one state to one next live state, capped at index().max_depth()
   // (unlimited from there on: no token is longer). Each step is checked on the stacks
   // (byte_automaton::next_on_all): one transition per step, not 128.
-  std::uint32_t budget_of(state_id s) {
-    const loop_info& l = loops_of(s);
+  std::uint32_t budget_of(state_id s, const loop_info& l) {
     if (!l.big) return 0;
     if (l.budget != 0) return l.budget;
+    loop_slot* slot = loop_slot_of(s);
+    if (slot != nullptr) {
+      if (const std::uint32_t b = slot->budget.load(std::memory_order_relaxed); b != 0) return b;
+    }
     const std::size_t cap = index_->max_depth();
-    const auto ascii = l.ascii;
-    const bool non_ascii = l.non_ascii;
     std::uint32_t steps = 1;  // s -> l.step
     for (state_id cur = l.step; steps <= cap; ++steps) {
-      cur = automaton_.next_on_all(cur, ascii, non_ascii);
+      cur = automaton_.next_on_all(cur, l.ascii, l.non_ascii);
       if (cur == byte_automaton::dead || cur == byte_automaton::mixed) break;
     }
     const std::uint32_t budget = steps > cap ? unlimited : steps;
-    loops_[s].budget = budget;
+    if (slot != nullptr) slot->budget.store(budget, std::memory_order_relaxed);
     return budget;
   }
+
+  // The cached mask of s (null if none), now the most recently used.
+  std::shared_ptr<const std::vector<std::uint64_t>> find_cached(state_id s) {
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    const auto it = cache_.find(s);
+    if (it == cache_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second.used);
+    return it->second.mask;
+  }
+  // Keeps s's mask, the least recently used leaving while over the budget (a mask in use by
+  // a reader stays alive with it: shared_ptr).
+  void keep(state_id s, std::span<const std::uint64_t> mask) {
+    const std::size_t cost = entry_bytes();
+    if (cost > max_mask_bytes_) return;
+    auto m = std::make_shared<const std::vector<std::uint64_t>>(mask.begin(), mask.end());
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (cache_.count(s) != 0) return;  // another thread computed it meanwhile (the same mask)
+    std::size_t total = cache_bytes_.load(std::memory_order_relaxed);
+    while (!lru_.empty() && total + cost > max_mask_bytes_) {
+      cache_.erase(lru_.back());
+      lru_.pop_back();
+      total -= cost;
+    }
+    lru_.push_front(s);
+    cache_.emplace(s, cached_mask{std::move(m), lru_.begin()});
+    cache_bytes_.store(total + cost, std::memory_order_relaxed);
+  }
+  // A cached mask's bytes: its words, the vector, the shared_ptr block, map and list nodes.
+  static constexpr std::size_t mask_entry_bytes(std::size_t tokens) noexcept {
+    return mask_words(tokens) * 8 + 160;
+  }
+  std::size_t entry_bytes() const noexcept { return mask_entry_bytes(index_->size()); }
 
   // The walk (see the top). From a state with many self loops, the tokens made only of loop
   // bytes come from loop_mask, and a subtree whose paths all stay in the loop (its bytes,
   // its UTF-8 validity, from a prefix that stayed in it) is skipped whole: inside a string
   // the walk visits only tokens with a quote, a backslash or a control byte.
   void compute(state_id s, std::span<std::uint64_t> out) {
-    const std::uint32_t budget = budget_of(s);
-    const loop_info l = loops_of(s);  // a copy: loops_ grows below
+    const loop_info l = loops_of(s);
+    const std::uint32_t budget = budget_of(s, l);
     const bool fast = l.big;
     if (fast) {
-      const auto& base = index_->loop_mask(l.ascii, l.non_ascii);
+      const auto base = index_->loop_mask(l.ascii, l.non_ascii);  // kept alive while read
       if (budget == unlimited) {
-        std::copy(base.begin(), base.end(), out.begin());
+        std::copy(base->begin(), base->end(), out.begin());
       } else {
         const auto& len = index_->length_mask(budget);
-        for (std::size_t w = 0; w < words_; ++w) out[w] = base[w] & len[w];
+        for (std::size_t w = 0; w < words_; ++w) out[w] = (*base)[w] & len[w];
       }
     } else {
       std::fill(out.begin(), out.end(), 0);
@@ -218,13 +310,17 @@ class token_grammar {
     const auto nodes = index_->nodes();
     const auto sums = index_->summaries();
     const auto ids = index_->ids();
-    states_[0] = s;
-    dec_[0] = 0;
+    // The walk's state and loop-path UTF-8 state (-1: left it) per trie depth: per call, so
+    // that threads walk at once.
+    std::vector<state_id> states(index_->max_depth() + 1);
+    std::vector<int> dec(index_->max_depth() + 1);
+    states[0] = s;
+    dec[0] = 0;
     const std::size_t n = nodes.size();
     const std::uint64_t l0 = ~l.ascii[0], l1 = ~l.ascii[1];
     for (std::size_t i = 0; i < n;) {
       const token_index::node& nd = nodes[i];
-      const int prev = dec_[nd.depth - 1u];
+      const int prev = dec[nd.depth - 1u];
       if (fast && prev == 0 && (sums[i].ascii[0] & l0) == 0 && (sums[i].ascii[1] & l1) == 0 &&
           (!sums[i].non_ascii || (l.non_ascii && (sums[i].utf8_ok & 1))) &&
           sums[i].max_len <= budget) {
@@ -233,9 +329,9 @@ class token_grammar {
       }
       // A state met on the way with many self loops (a free key after its first character):
       // a subtree that stays in its loop is allowed whole, its tokens a contiguous run.
-      const state_id p = states_[nd.depth - 1u];
+      const state_id p = states[nd.depth - 1u];
       if (nd.depth > 1 && nd.depth <= 4 && p != s) {
-        const loop_info& lp = loops_of(p);
+        const loop_info lp = loops_of(p);
         if (lp.big && lp.budget == unlimited && (sums[i].ascii[0] & ~lp.ascii[0]) == 0 &&
             (sums[i].ascii[1] & ~lp.ascii[1]) == 0 &&
             (!sums[i].non_ascii || (lp.non_ascii && (sums[i].utf8_ok & 1)))) {
@@ -254,7 +350,7 @@ class token_grammar {
         i = nd.end;
         continue;
       }
-      states_[nd.depth] = t;
+      states[nd.depth] = t;
       int d = -1;
       if (fast && prev >= 0) {
         if (nd.byte < 0x80) {
@@ -263,7 +359,7 @@ class token_grammar {
           d = token_index::utf8_step(prev, nd.byte);
         }
       }
-      dec_[nd.depth] = d;
+      dec[nd.depth] = d;
       for (std::uint32_t k = nd.tok_begin; k < nd.tok_end; ++k) {
         const auto id = static_cast<std::uint32_t>(ids[k]);
         out[id >> 6] |= std::uint64_t{1} << (id & 63);
@@ -278,22 +374,26 @@ class token_grammar {
     }
   }
 
-  mutable std::mutex mutex_;  // guards everything below but index_ and words_
-  byte_automaton automaton_;
+  byte_automaton automaton_;  // thread-safe itself
   std::shared_ptr<const token_index> index_;
   std::size_t words_ = 0;
-  std::size_t max_cached_ = 0;
-  std::vector<state_id> states_;  // the walk's state per trie depth
-  std::vector<int> dec_;          // the walk's loop-path UTF-8 state per depth (-1: left it)
-  std::vector<loop_info> loops_;  // by state
-  // Cached masks by state: mask k in pages_, page_masks a page, so that caching one more never
-  // copies the others (4,096 masks of Llama 3's vocabulary are 64 MB).
-  static constexpr std::size_t page_masks = 16;
-  std::unordered_map<state_id, std::size_t> cache_;
-  std::vector<std::unique_ptr<std::uint64_t[]>> pages_;
-  std::uint64_t* cached(std::size_t k) {
-    return pages_[k / page_masks].get() + (k % page_masks) * words_;
-  }
+  std::size_t max_mask_bytes_ = 0;
+  // Loop information by state (loop_slot_of); loop_mutex_ guards making a page and publishing
+  // a slot.
+  std::mutex loop_mutex_;
+  std::unique_ptr<std::atomic<loop_page*>[]> loop_dir_ =
+      std::make_unique<std::atomic<loop_page*>[]>(loop_pages);
+  std::vector<std::unique_ptr<loop_page>> loop_owned_;
+  std::atomic<std::size_t> loop_pages_bytes_{loop_pages * sizeof(void*)};
+  // Cached masks by state, least recently used last in lru_ (cache_mutex_ guards both).
+  struct cached_mask {
+    std::shared_ptr<const std::vector<std::uint64_t>> mask;
+    std::list<state_id>::iterator used;
+  };
+  mutable std::mutex cache_mutex_;
+  std::unordered_map<state_id, cached_mask> cache_;
+  std::list<state_id> lru_;
+  std::atomic<std::size_t> cache_bytes_{0};
 };
 
 class token_matcher {
