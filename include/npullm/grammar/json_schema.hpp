@@ -19,8 +19,9 @@
 //            minItems, maxItems
 //   string   minLength, maxLength, pattern (a regex subset, Python's re.search semantics: a
 //            pattern not anchored with ^ / $ may have text around its match), format
-//            (date-time, date, time, uuid, email, uri, ipv4); pattern, format and lengths one
-//            at a time
+//            (date-time, date, time, uuid, email, uri, ipv4; the other formats JSON Schema
+//            defines are refused, names it does not define (int32, byte, path) are
+//            annotations); pattern, format and lengths one at a time
 //   integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft 4 booleans too),
 //            multipleOf 1; integers are written without a fraction (1.0 is refused);
 //            bounds past +-1e18 narrow to +-1e18
@@ -33,12 +34,13 @@
 //   anyOf, oneOf (only when its alternatives cannot overlap: different types or constants, or
 //   made disjoint by narrowing objects: a property both fix to different constants becomes
 //   required, or a property one requires becomes forbidden in the other),
-//   allOf (merged: properties and required united, type intersected, equal other keywords),
+//   allOf (merged: properties and required united, type intersected, equal other keywords;
+//   annotations and unknown names (x-...) need not agree),
 //   $ref to "#", "#/definitions/...", "#/$defs/..." and any JSON pointer in the document
 //   (recursive schemas become recursive rules); siblings of $ref merge as allOf.
 // Refused (unsupported): other forms of not, if / then / else, patternProperties, propertyNames,
 // dependencies / dependentRequired / dependentSchemas, unevaluated*, contains, uniqueItems
-// true, multipleOf other than integer 1, non-whole number bounds, other formats, remote $ref,
+// true, multipleOf other than integer 1, non-whole number bounds, remote $ref,
 // unicode property classes and look-around / back-references in patterns.
 //
 // Whitespace (options.whitespace): JSON's [ \t\n\r]* between tokens (none before or after the
@@ -662,7 +664,9 @@ class schema_compiler {
     json out = a;
     for (const auto& [k, v] : b.items()) {
       if (k == "additionalProperties" || k == "properties") continue;  // below
-      if (!out.contains(k) || annotation(k)) {
+      // Annotations and names that are no keyword (x-intellij-html-description, ...) constrain
+      // nothing: the first part's stay, the parts need not agree on them.
+      if (!out.contains(k) || annotation(k) || !known_keyword(k)) {
         if (!out.contains(k)) out[k] = v;
         continue;
       }
@@ -1046,13 +1050,16 @@ class schema_compiler {
     const auto min_len = count(s, "minLength", path);
     const auto max_len = count(s, "maxLength", path);
     const bool lengths = (min_len && *min_len > 0) || max_len;
+    // A format JSON Schema does not define is an annotation: as if absent.
+    const bool has_format = s.contains("format") && (!s["format"].is_string() ||
+                                                     known_format(s["format"].get<std::string>()));
     if (s.contains("pattern")) {
       if (lengths) refuse(path, "pattern", "together with minLength / maxLength");
-      if (s.contains("format")) refuse(path, "pattern", "together with format");
+      if (has_format) refuse(path, "pattern", "together with format");
       if (!s["pattern"].is_string()) invalid(path, "'pattern' must be a string");
       return expr::sequence({lit("\""), pattern(s["pattern"].get<std::string>(), path), lit("\"")});
     }
-    if (s.contains("format")) {
+    if (has_format) {
       if (!s["format"].is_string()) invalid(path, "'format' must be a string");
       if (lengths) refuse(path, "format", "together with minLength / maxLength");
       return expr::sequence({lit("\""), format(s["format"].get<std::string>(), path), lit("\"")});
@@ -1064,6 +1071,19 @@ class schema_compiler {
     return expr::sequence({lit("\""), expr::repeat(string_char(), lo, hi), lit("\"")});
   }
 
+  // The formats JSON Schema defines (a validator may assert them: refused unless format()
+  // encodes them); any other name (OpenAPI's int32 or byte, "path", "topic") is an annotation.
+  static bool known_format(const std::string& f) {
+    static constexpr std::string_view names[] = {
+        "date-time",    "date",          "time",
+        "duration",     "email",         "idn-email",
+        "hostname",     "idn-hostname",  "ipv4",
+        "ipv6",         "uri",           "uri-reference",
+        "iri",          "iri-reference", "uuid",
+        "uri-template", "json-pointer",  "relative-json-pointer",
+        "regex"};
+    return std::find(std::begin(names), std::end(names), f) != std::end(names);
+  }
   expr format(const std::string& f, const std::string& path) {
     const auto d = [](int n) {
       return expr::repeat(digit('0', '9'), static_cast<std::uint32_t>(n),
