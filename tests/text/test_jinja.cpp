@@ -20,6 +20,7 @@
 #include <iterator>
 #include <string>
 
+#include "npullm/text/chat_template.hpp"
 #include "npullm/text/jinja.hpp"
 
 #define NPULLM_JINJA_FUZZ_NO_ENTRY
@@ -642,6 +643,41 @@ TEST(jinja_hostile, deep_nesting_is_refused) {
           "{% macro f(n) %}" + repeated("{% if 1 %}", 30) + "{{ f(((n + 1))|abs) }}" +
               repeated("{% endif %}", 30) + "{% endmacro %}{{ f(0) }}",
           too_deep, "nested deeper than 1024 while rendering");
+}
+
+TEST(jinja_hostile, deep_caller_json_is_refused_when_printed_or_compared) {
+  // The caller's JSON (a request's messages) is not bounded by max_nesting: printing and
+  // comparing it recurse at most max_print_depth (1,024) levels. Made in the child, whose
+  // bounds also cover nlohmann::json's own parsing and freeing of it.
+  for (const std::string expression : {"x", "x|tojson", "x == y", "x < y", "x in [y]"}) {
+    SCOPED_TRACE(expression);
+    const bounded_run r = run_bounded([&] {
+      // Moved in, never copied: nlohmann::json's copy recurses (so does its parser for a value
+      // inside an object, and ordered_json's growth: it copies its members), its parser of an
+      // array and its destructor do not. Both keys first, so that the object does not grow.
+      const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+      json vars = json{{"x", nullptr}, {"y", nullptr}};
+      vars["x"] = json::parse(deep);
+      vars["y"] = json::parse(deep);
+      return render("{{ " + expression + " }}", vars);
+    });
+    EXPECT_EQ(r.outcome.rfind("error: npullm capacity_exhausted", 0), 0u) << r.outcome;
+    EXPECT_NE(r.outcome.find("nested deeper than 1024 levels"), std::string::npos) << r.outcome;
+    EXPECT_LT(r.cpu_seconds, hostile_seconds);
+  }
+  // chat_template copies the messages into its variables: their depth is checked first.
+  const bounded_run r = run_bounded([] {
+    const json messages = json::parse(R"([{"role": "user", "content": )" +
+                                      std::string(100000, '[') + std::string(100000, ']') + "}]");
+    return npullm::text::chat_template::from_jinja("{{ messages }}")
+        .apply_json(messages, npullm::text::chat_options{});
+  });
+  EXPECT_EQ(r.outcome,
+            "error: npullm capacity_exhausted: chat messages nested deeper than 1024 "
+            "levels");
+  EXPECT_EQ(render("{{ x == y }} {{ x|tojson }}",
+                   json{{"x", json::parse("[[[1]]]")}, {"y", json::parse("[[[1]]]")}}),
+            "True [[[1]]]");
 }
 
 TEST(jinja_hostile, size_bombs_are_refused_before_allocating) {

@@ -195,6 +195,11 @@ class chat_template {
       raise(error_code::invalid_argument, "chat template variables must be a JSON object, not ",
             options.variables.type_name());
     }
+    // Copied below: nlohmann::json's copy recurses once a level, so the caller's JSON is
+    // bounded first (a request nested 100,000 deep is an error, not a stack overflow).
+    jinja::check_json_depth(messages, jinja::max_print_depth, "chat messages");
+    jinja::check_json_depth(options.tools, jinja::max_print_depth, "chat tools");
+    jinja::check_json_depth(options.variables, jinja::max_print_depth, "chat template variables");
     jinja::json v = options.variables.is_object() ? options.variables : jinja::json::object();
     v["messages"] = messages;
     v["add_generation_prompt"] = options.add_generation_prompt;

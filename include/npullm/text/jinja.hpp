@@ -1578,25 +1578,27 @@ class evaluator : python_ops {
         std::string s = to_str(v, bound(line));
         made(s.size(), line);
         s += '\n';
-        std::vector<std::string_view> lines;
-        std::size_t bgn = 0;
-        for (std::size_t k = 0; k < s.size(); ++k) {
-          const char c = s[k];
-          if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == '\x1c' || c == '\x1d' ||
-              c == '\x1e') {
-            lines.push_back(std::string_view(s).substr(bgn, k - bgn));
-            if (c == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
-            bgn = k + 1;
+        // The lines, walked twice (no table of them: a string of 16 Mi newlines would make one of
+        // 256 MiB): first for the size, checked before anything is allocated, then to write.
+        const auto each_line = [&s](auto&& f) {
+          std::size_t bgn = 0, k = 0;
+          for (; k < s.size(); ++k) {
+            const char c = s[k];
+            if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == '\x1c' || c == '\x1d' ||
+                c == '\x1e') {
+              f(std::string_view(s).substr(bgn, k - bgn), bgn == 0);
+              if (c == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
+              bgn = k + 1;
+            }
           }
-        }
-        if (bgn < s.size()) lines.push_back(std::string_view(s).substr(bgn));
-        // The size made, counted before it is allocated: each line, a newline between two, the
-        // indent before each indented one.
-        std::size_t padded = first ? 1 : 0, n = lines.empty() ? 0 : lines.size() - 1;
-        for (std::size_t k = 0; k < lines.size(); ++k) {
-          n += lines[k].size();
-          if (k > 0 && (blank || !lines[k].empty())) ++padded;
-        }
+          if (bgn < s.size()) f(std::string_view(s).substr(bgn), bgn == 0);
+        };
+        // The size made: each line, a newline between two, the indent before each indented one.
+        std::size_t padded = first ? 1 : 0, n = 0;
+        each_line([&](std::string_view l, bool at_start) {
+          n += l.size() + (at_start ? 0 : 1);
+          if (!at_start && (blank || !l.empty())) ++padded;
+        });
         if (!pad.empty() &&
             padded > (opt_.limits.max_output_bytes - std::min(n, opt_.limits.max_output_bytes)) /
                          pad.size()) {
@@ -1609,13 +1611,13 @@ class evaluator : python_ops {
         std::string r;
         r.reserve(n + padded * pad.size());
         if (first) r += pad;
-        for (std::size_t k = 0; k < lines.size(); ++k) {
-          if (k > 0) {
+        each_line([&](std::string_view l, bool at_start) {
+          if (!at_start) {
             r += '\n';
-            if (blank || !lines[k].empty()) r += pad;
+            if (blank || !l.empty()) r += pad;
           }
-          r.append(lines[k]);
-        }
+          r.append(l);
+        });
         return value::string(std::move(r));
       }
       case filter_id::default_: {

@@ -235,7 +235,16 @@ struct python_ops {
          std::string(type_name(l)), "' and '", std::string(type_name(r)), "'");
   }
 
-  static bool equal(const value& a, const value& b) {
+  // Comparing recurses once a level of nesting: values nested deeper than max_print_depth (the
+  // caller's JSON may be) are refused rather than overflowing the stack.
+  static void compare_depth(int depth) {
+    if (depth > max_print_depth) {
+      raise(error_code::capacity_exhausted, "values nested deeper than ", max_print_depth,
+            " levels cannot be compared");
+    }
+  }
+
+  static bool equal(const value& a, const value& b, int depth = 0) {
     if (a.is_number() && b.is_number()) {
       if (is_int(a) && is_int(b)) return as_int(a) == as_int(b);
       return as_double(a) == as_double(b);
@@ -248,17 +257,19 @@ struct python_ops {
         return (a.s.data() == b.s.data() && a.s.size() == b.s.size()) || a.s == b.s;
       case value_kind::array: {
         if (a.aux != b.aux || a.size() != b.size()) return false;
+        compare_depth(depth);
         for (std::size_t k = 0; k < a.size(); ++k) {
-          if (!equal(a.at(k), b.at(k))) return false;
+          if (!equal(a.at(k), b.at(k), depth + 1)) return false;
         }
         return true;
       }
       case value_kind::object: {
         if (a.size() != b.size()) return false;
+        compare_depth(depth);
         bool same = true;
         a.each_entry([&](std::string_view k, const value& x) {
           value y;
-          if (same && (!b.get(k, y) || !equal(x, y))) same = false;
+          if (same && (!b.get(k, y) || !equal(x, y, depth + 1))) same = false;
         });
         return same;
       }
@@ -267,7 +278,7 @@ struct python_ops {
   }
 
   // a < b as Python orders them (numbers, strings, lists); anything else is a TypeError.
-  static int order(const value& a, const value& b, std::string_view sym, int line) {
+  static int order(const value& a, const value& b, std::string_view sym, int line, int depth = 0) {
     if (a.is(value_kind::undefined)) fail_undefined(line, a);
     if (b.is(value_kind::undefined)) fail_undefined(line, b);
     if (a.is_number() && b.is_number()) {
@@ -280,10 +291,11 @@ struct python_ops {
       return c < 0 ? -1 : c > 0;
     }
     if (a.is(value_kind::array) && b.is(value_kind::array) && a.aux == b.aux) {
+      compare_depth(depth);
       const std::size_t n = std::min(a.size(), b.size());
       for (std::size_t k = 0; k < n; ++k) {
         const value x = a.at(k), y = b.at(k);
-        if (!equal(x, y)) return order(x, y, sym, line);
+        if (!equal(x, y, depth + 1)) return order(x, y, sym, line, depth + 1);
       }
       return a.size() < b.size() ? -1 : a.size() > b.size();
     }

@@ -298,6 +298,22 @@ inline void print_depth(int depth, const text_bound& b) {
   }
 }
 
+// Refuses (capacity_exhausted, naming what) JSON nested deeper than max_depth, found by a walk
+// with an explicit stack: before a copy of the caller's JSON (nlohmann::json's copy recurses
+// once a level, so a request nested 100,000 deep would overflow the stack in it).
+inline void check_json_depth(const json& root, std::size_t max_depth, std::string_view what) {
+  std::vector<std::pair<const json*, std::size_t>> pending{{&root, 0}};
+  while (!pending.empty()) {
+    const auto [v, depth] = pending.back();
+    pending.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth >= max_depth) {
+      raise(error_code::capacity_exhausted, what, " nested deeper than ", max_depth, " levels");
+    }
+    for (const auto& x : *v) pending.emplace_back(&x, depth + 1);
+  }
+}
+
 // Python's name of a value's type, as its TypeErrors say ('NoneType', 'str', ...).
 inline std::string_view type_name(const value& v) {
   switch (v.kind) {
