@@ -11,7 +11,7 @@
 //
 //   npullm_server -m FILE.gguf [--host 127.0.0.1] [--port 8080] [-t N] [--parallel N]
 //                 [--ctx-size N] [--max-queue N] [--api-key KEY] [--chat-template-file F]
-//                 [--alias NAME] [--body-limit BYTES] [--drain-timeout S]
+//                 [--alias NAME] [--body-limit BYTES] [--drain-timeout S] [--no-batch-invariant]
 //
 // Endpoints: POST /v1/chat/completions, /v1/completions (also without /v1), GET /v1/models,
 // GET /health (503 while loading), GET /metrics (Prometheus), POST /tokenize, /detokenize,
@@ -77,20 +77,23 @@ struct options {
   std::string alias;
   std::size_t body_limit = 8u << 20;
   double drain_timeout = 30;
+  bool batch_invariant = true;  // --no-batch-invariant: dense weights as fast as they go
 };
 
 void usage(const char* argv0) {
   std::printf(
       "usage: %s -m FILE.gguf [--host 127.0.0.1] [--port 8080] [-t N] [--parallel N]\n"
       "          [--ctx-size N] [--max-queue N] [--api-key KEY] [--chat-template-file F]\n"
-      "          [--alias NAME] [--body-limit BYTES] [--drain-timeout S]\n\n"
+      "          [--alias NAME] [--body-limit BYTES] [--drain-timeout S] [--no-batch-invariant]\n\n"
       "An OpenAI-compatible server (/v1/chat/completions, /v1/completions, /v1/models,\n"
       "/health, /metrics, /tokenize, /detokenize, /apply-template).\n"
       "  --parallel N     sequences decoded together (default 4); -np is the same\n"
       "  --ctx-size N     KV tokens in the pool, shared by all sequences, and the longest\n"
       "                   request (prompt + max_tokens); default 4096\n"
       "  --max-queue N    requests waiting beyond --parallel before 503 (default 64)\n"
-      "  --api-key KEY    requests need 'Authorization: Bearer KEY' (/health excepted)\n",
+      "  --api-key KEY    requests need 'Authorization: Bearer KEY' (/health excepted)\n"
+      "  --no-batch-invariant  dense (bf16 / f16 / f32) weights without the packed LM head\n"
+      "                   and panels that make a request's output independent of the load\n",
       argv0);
 }
 
@@ -184,7 +187,8 @@ class model_service final : public service {
         pool_(o.threads),
         lm_(load(o), npullm::model::pipeline_options{.max_sequence = o.ctx,
                                                      .kv_capacity = o.ctx,
-                                                     .pool = &pool_}),
+                                                     .pool = &pool_,
+                                                     .batch_invariant = o.batch_invariant}),
         grammars_(std::make_shared<const npullm::grammar::token_index>(
                       npullm::grammar::token_index::of(tok_)),
                   16),
@@ -818,6 +822,8 @@ options parse_options(int argc, char** argv, bool& help) {
       o.body_limit = cli::integer<std::size_t>(a, value(), "body-limit", 1024);
     } else if (a == "--drain-timeout") {
       o.drain_timeout = cli::number(a, value(), "drain-timeout", cli::range::at_least(0));
+    } else if (a == "--no-batch-invariant") {
+      o.batch_invariant = false;
     } else if (a == "--draft" || a == "-md") {
       cli::refuse(a, value(), "speculative decoding is not served yet (batch::generator<LM, Draft> ",
                   "has it; npullm_server does not wire a draft model)");

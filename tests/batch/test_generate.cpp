@@ -369,19 +369,22 @@ bool same_bits(const std::vector<token_logprobs>& a, const std::vector<token_log
 
 // Output that does not depend on the load: a greedy and a seeded request with logprobs give
 // the same tokens and the same logprob bits alone and among 15 others of other lengths (the
-// step's products over 16 rows against 1; the attention per sequence), with two threads. The
-// weights are quantized (q8_0, the LM head too), as the GGUF files a server runs: the tiled
-// kernels compute each row alone. (Dense f32 / bf16 / f16 weights are not batch-invariant yet:
-// ops/linear.hpp's GEMV for M <= 8 and its GEMM above sum K in different orders.)
+// step's products over 16 rows against 1; the attention per sequence), with two threads:
+// quantized weights (q8_0, the LM head too), whose tiled kernels compute each row alone, and
+// dense f32 weights in a pipeline with batch_invariant (projections and head in panels).
 const std::shared_ptr<const model::model_weights<float>>& tiny_q8_weights() {
   static const auto w = model::model_weights<float>::load(
       tiny_dir(), {.projections = model::quantization{ops::weight_format::q8_0, 0},
                    .embedding_and_head = model::quantization{ops::weight_format::q8_0, 0}});
   return w;
 }
-TEST(Engine, OutputDoesNotDependOnTheLoad) {
+void expect_output_independent_of_load(
+    const std::shared_ptr<const model::model_weights<float>>& weights, bool batch_invariant) {
   thread_pool pool(2);
-  lm_t lm(tiny_q8_weights(), {.max_sequence = 512, .kv_capacity = 8192, .pool = &pool});
+  lm_t lm(weights, {.max_sequence = 512,
+                    .kv_capacity = 8192,
+                    .pool = &pool,
+                    .batch_invariant = batch_invariant});
   const auto rs = ragged_requests(true);
   std::vector<request> probes;
   for (bool sampled : {false, true}) {
@@ -413,6 +416,12 @@ TEST(Engine, OutputDoesNotDependOnTheLoad) {
   }
   for (auto& o : others) EXPECT_EQ(read_all(*o).finish, finish_reason::length);
   EXPECT_GE(e.metrics().generated_tokens, 15u * 20u);
+}
+TEST(Engine, OutputDoesNotDependOnTheLoad) {
+  expect_output_independent_of_load(tiny_q8_weights(), false);
+}
+TEST(Engine, DenseOutputDoesNotDependOnTheLoadWithBatchInvariant) {
+  expect_output_independent_of_load(tiny_weights(), true);
 }
 
 // Requests from several threads, each read on its own thread, get what each gets alone; a

@@ -522,7 +522,7 @@ class causal_lm {
       switch (options_.packing) {
         case weight_packing::on: return true;
         case weight_packing::off: return false;
-        default: return ops::packing_pays<W>();
+        default: return ops::packing_pays<W>() || options_.batch_invariant;
       }
     }
   }
@@ -545,6 +545,10 @@ class causal_lm {
   // This pipeline's layer table: the shared weights' views, and its own packed copies of the
   // projections when it packs (options.packing).
   void pack_weights() {
+    if (options_.batch_invariant && options_.packing == weight_packing::off) {
+      raise(error_code::invalid_argument,
+            "causal_lm: batch_invariant needs packed dense weights, and packing is off");
+    }
     layers_ = weights_->layers;
     lm_head_ = weights_->lm_head;
     const bool dense = packs_weights(), quantized = packs_quantized_weights();
@@ -570,8 +574,10 @@ class causal_lm {
     std::size_t matrices = 0;
     for (const layer_weights<W>& l : layers_)
       for_each_projection(l, [&](const projection<W>&) { ++matrices; });
-    packed_.reserve(matrices);
+    packed_.reserve(matrices + 1);  // + the LM head (batch_invariant); pointers stay valid
     packed_quantized_.reserve(matrices);
+    if (dense && options_.batch_invariant && !lm_head_.is_quantized())
+      lm_head_.packed = &packed_.emplace_back(lm_head_.w, pool_policy{options_.pool});
     for (layer_weights<W>& l : layers_) {
       for_each_projection(l, [&](projection<W>& p) {
         if (p.is_quantized()) {

@@ -130,6 +130,14 @@ struct pipeline_options {
   // activation buffer; 0: max_sequence (one step takes any prompt). A longer prompt runs in
   // steps of this many tokens. Static and chunked prefill steps have their own size.
   std::size_t step_rows = 0;
+  // Each row's logits the same bits whatever the other rows of its step (a server's output
+  // independent of its load; prefill and decode of the same tokens equal): dense projections
+  // are packed whatever `packing` says (the panels' micro-kernel sums K in one order for any
+  // number of rows, where the in-place GEMV and GEMM, and the bf16 dot product's rounded x,
+  // differ), and a dense LM head is packed too (a second copy of it). Quantized matrices are
+  // computed row by row already (tiles, panels). Costs the head's copy, and for bf16 weights
+  // on AVX-512 BF16 the dot-product path.
+  bool batch_invariant = false;
 };
 
 }  // namespace npullm::model
