@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "model_file.hpp"
 #include "npullm/batch/grammar_processor.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/stop_strings.hpp"
@@ -187,16 +188,6 @@ npullm::batch::sampler_config sampling(const options& o) {
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-// The dense type of the file's 2-D tensors (the pipeline's weight type): f32 when all are
-// quantized.
-npullm::dtype dense_matrix_type(const npullm::io::gguf_file& f) {
-  for (const auto& t : f.tensors()) {
-    if (t.n_dims != 2) continue;
-    if (const auto d = npullm::io::ggml_storage(t.type)) return *d;
-  }
-  return npullm::dtype::f32;
 }
 
 template <class W>
@@ -518,8 +509,8 @@ int main(int argc, char** argv) {
     // The pipeline's weight type: the directory's torch_dtype, or the GGUF's dense matrices'.
     const npullm::dtype weight_type =
         directory         ? npullm::model::load_config(o.model).torch_dtype
-        : o.vocab.empty() ? dense_matrix_type(*file)
-                          : dense_matrix_type(*npullm::io::gguf_file::open(o.model));
+        : o.vocab.empty() ? cli::dense_matrix_type(*file)
+                          : cli::dense_matrix_type(*npullm::io::gguf_file::open(o.model));
     switch (weight_type) {
       case npullm::dtype::f16: return generate<npullm::float16>(o, tok, prompt);
       case npullm::dtype::bf16: return generate<npullm::bfloat16>(o, tok, prompt);

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "model_file.hpp"
 #include "npullm/batch/grammar_processor.hpp"
 #include "npullm/grammar/grammar_cache.hpp"
 #include "npullm/io/gguf.hpp"
@@ -752,14 +753,6 @@ class model_service final : public service {
   serve::engine<lm_type> engine_;  // last: its thread stops first
 };
 
-npullm::dtype dense_matrix_type(const npullm::io::gguf_file& f) {
-  for (const auto& t : f.tensors()) {
-    if (t.n_dims != 2) continue;
-    if (const auto d = npullm::io::ggml_storage(t.type)) return *d;
-  }
-  return npullm::dtype::f32;
-}
-
 std::unique_ptr<service> load_service(const options& o, http_counters& counters) {
   const auto file = npullm::io::gguf_file::open(o.model);
   auto tok = npullm::text::tokenizer::from_gguf(*file);
@@ -778,7 +771,7 @@ std::unique_ptr<service> load_service(const options& o, http_counters& counters)
   }
   const std::string name =
       o.alias.empty() ? std::filesystem::path(o.model).filename().string() : o.alias;
-  switch (dense_matrix_type(*file)) {
+  switch (cli::dense_matrix_type(*file)) {
     case npullm::dtype::f16:
       return std::make_unique<model_service<npullm::float16>>(o, std::move(tok), std::move(tmpl), name, counters);
     case npullm::dtype::bf16:
