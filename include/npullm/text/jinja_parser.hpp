@@ -814,13 +814,13 @@ class parser {
   }
 
   node_ptr if_statement(int line) {
-    // An elif is an if_ inside the orelse: each one is a level deeper.
-    level guard(*this);
     auto n = make(node_kind::if_, line);
     n->kids.push_back(expression());
     expect_block_end();
     const std::string end = statements(n->body, {"elif", "else", "endif"});
     if (end == "elif") {
+      // An elif is an if_ inside the orelse, parsed by recursion: each one is a level deeper.
+      level guard(*this);
       n->orelse.push_back(if_statement(t_[pos_ - 1].line));
       return n;  // the elif consumed the endif
     }
