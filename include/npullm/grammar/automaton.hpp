@@ -88,7 +88,7 @@ class byte_automaton {
     if (const std::uint32_t t = load_transition(s, b); t != unknown) return t;
     const std::lock_guard<std::mutex> lock(build_);
     if (const std::uint32_t t = load_transition(s, b); t != unknown) return t;  // made meanwhile
-    if (b < 0x80 && info(s).need == 0 && slot(s)->row) {
+    if (b < 0x80 && info(s).need == 0 && has_row(s)) {
       fill_ascii(s);
       return load_transition(s, b);
     }
@@ -269,7 +269,9 @@ class byte_automaton {
     st.len = len;
     st.value = value;
     state_frames_.insert(state_frames_.end(), frames.begin(), frames.end());
-    slot(id)->info[id % page_states] = st;
+    // Written before count_ and any transition to id are published (release).
+    dir_.load(std::memory_order_relaxed)[id / page_states]
+        .info.load(std::memory_order_relaxed)[id % page_states] = st;
     count_.store(id + 1, std::memory_order_release);
     return id;
   }
@@ -404,59 +406,64 @@ class byte_automaton {
   // directory of pages is replaced by one twice its size when full; the old ones are kept (a
   // reader may hold one), so all of them together are at most twice the last.
   static constexpr std::size_t page_states = 64;
-  struct page {
-    state_info info[page_states];
-    std::unique_ptr<std::atomic<std::uint32_t>[]> row;  // page_states * 256, or null
+  // A directory entry: page k's states and row (null past the budget). Readers load the
+  // directory, the entry, then the item: three dependent loads, as a vector of pages had.
+  struct page_entry {
+    std::atomic<state_info*> info{nullptr};
+    std::atomic<std::atomic<std::uint32_t>*> row{nullptr};
   };
-  struct directory {
-    explicit directory(std::size_t n)
-        : capacity(n), slots(std::make_unique<std::atomic<page*>[]>(n)) {}
-    std::size_t capacity;
-    std::unique_ptr<std::atomic<page*>[]> slots;
-  };
-  std::atomic<directory*> dir_{nullptr};
-  std::vector<std::unique_ptr<directory>> dirs_;  // every directory made (the current last)
-  std::vector<std::unique_ptr<page>> pages_;
+  std::atomic<page_entry*> dir_{nullptr};
+  std::size_t dir_capacity_ = 0;                      // under build_
+  std::vector<std::unique_ptr<page_entry[]>> dirs_;  // every directory made (the current last)
+  std::vector<std::unique_ptr<state_info[]>> info_pages_;
+  std::vector<std::unique_ptr<std::atomic<std::uint32_t>[]>> row_pages_;
 
-  page* slot(state_id s) const noexcept {
-    return dir_.load(std::memory_order_acquire)
-        ->slots[s / page_states]
-        .load(std::memory_order_acquire);
+  const page_entry& entry(state_id s) const noexcept {
+    return dir_.load(std::memory_order_acquire)[s / page_states];
   }
-  const state_info& info(state_id s) const noexcept { return slot(s)->info[s % page_states]; }
+  const state_info& info(state_id s) const noexcept {
+    return entry(s).info.load(std::memory_order_acquire)[s % page_states];
+  }
+  bool has_row(state_id s) const noexcept {
+    return entry(s).row.load(std::memory_order_acquire) != nullptr;
+  }
   // Acquire: a reader that sees a new state's id sees its page and info, written before.
   std::uint32_t load_transition(state_id s, unsigned char b) const noexcept {
-    const page* p = slot(s);
-    if (!p->row) return unknown;
-    return p->row[(s % page_states) * 256 + b].load(std::memory_order_acquire);
+    const std::atomic<std::uint32_t>* row = entry(s).row.load(std::memory_order_acquire);
+    if (row == nullptr) return unknown;
+    return row[(s % page_states) * 256 + b].load(std::memory_order_acquire);
   }
   void store_transition(state_id s, unsigned char b, state_id r) noexcept {
-    page* p = slot(s);
-    if (p->row) p->row[(s % page_states) * 256 + b].store(r, std::memory_order_release);
+    std::atomic<std::uint32_t>* row = entry(s).row.load(std::memory_order_relaxed);
+    if (row != nullptr) row[(s % page_states) * 256 + b].store(r, std::memory_order_release);
   }
   // Page k for states k * page_states on (under build_).
   void add_page(std::size_t k) {
-    directory* d = dir_.load(std::memory_order_relaxed);
-    if (d == nullptr || k >= d->capacity) {
-      auto bigger = std::make_unique<directory>(std::max<std::size_t>(16, 2 * k));
-      for (std::size_t i = 0; d != nullptr && i < d->capacity; ++i)
-        bigger->slots[i].store(d->slots[i].load(std::memory_order_relaxed),
-                               std::memory_order_relaxed);
-      add_bytes(bigger->capacity * sizeof(void*));
+    page_entry* d = dir_.load(std::memory_order_relaxed);
+    if (d == nullptr || k >= dir_capacity_) {
+      const std::size_t capacity = std::max<std::size_t>(16, 2 * k);
+      auto bigger = std::make_unique<page_entry[]>(capacity);
+      for (std::size_t i = 0; i < dir_capacity_; ++i) {
+        bigger[i].info.store(d[i].info.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        bigger[i].row.store(d[i].row.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      }
+      add_bytes(capacity * sizeof(page_entry));
       d = bigger.get();
+      dir_capacity_ = capacity;
       dirs_.push_back(std::move(bigger));
     }
-    auto p = std::make_unique<page>();
-    add_bytes(sizeof(page));
+    info_pages_.push_back(std::make_unique<state_info[]>(page_states));
+    add_bytes(page_states * sizeof(state_info));
+    d[k].info.store(info_pages_.back().get(), std::memory_order_release);
     constexpr std::size_t row_bytes = page_states * 256 * sizeof(std::uint32_t);
     if (bytes() + row_bytes <= max_bytes_) {
-      p->row = std::make_unique<std::atomic<std::uint32_t>[]>(page_states * 256);
+      auto row = std::make_unique<std::atomic<std::uint32_t>[]>(page_states * 256);
       for (std::size_t i = 0; i < page_states * 256; ++i)
-        p->row[i].store(unknown, std::memory_order_relaxed);
+        row[i].store(unknown, std::memory_order_relaxed);
       add_bytes(row_bytes);
+      d[k].row.store(row.get(), std::memory_order_release);
+      row_pages_.push_back(std::move(row));
     }
-    d->slots[k].store(p.get(), std::memory_order_release);
-    pages_.push_back(std::move(p));
     dir_.store(d, std::memory_order_release);
   }
   std::unordered_set<std::uint64_t> visited_;

@@ -219,20 +219,19 @@ class token_grammar {
     }
     return l;
   }
-  // s's loop (a copy: small), found once and kept. Two threads may find it at once: the same
-  // result, the first kept.
-  loop_info loops_of(state_id s) {
+  // s's loop, found once and kept (`spare` holds it for a state past the slots). Two
+  // threads may find it at once: the same result, the first kept.
+  const loop_info& loops_of(state_id s, loop_info& spare) {
     loop_slot* slot = loop_slot_of(s);
     if (slot != nullptr && slot->known.load(std::memory_order_acquire)) return slot->info;
-    const loop_info l = find_loop(s);
-    if (slot != nullptr) {
-      const std::lock_guard<std::mutex> lock(loop_mutex_);
-      if (!slot->known.load(std::memory_order_relaxed)) {
-        slot->info = l;
-        slot->known.store(true, std::memory_order_release);
-      }
+    spare = find_loop(s);
+    if (slot == nullptr) return spare;
+    const std::lock_guard<std::mutex> lock(loop_mutex_);
+    if (!slot->known.load(std::memory_order_relaxed)) {
+      slot->info = spare;
+      slot->known.store(true, std::memory_order_release);
     }
-    return l;
+    return slot->info;  // immutable once known
   }
   // The budget of s (loop_info): how many times in a row every one of its loop bytes (and
   // characters) leads from one state to one next live state, capped at index().max_depth()
@@ -293,7 +292,8 @@ class token_grammar {
   // its UTF-8 validity, from a prefix that stayed in it) is skipped whole: inside a string
   // the walk visits only tokens with a quote, a backslash or a control byte.
   void compute(state_id s, std::span<std::uint64_t> out) {
-    const loop_info l = loops_of(s);
+    loop_info spare_s, spare_p;
+    const loop_info& l = loops_of(s, spare_s);
     const std::uint32_t budget = budget_of(s, l);
     const bool fast = l.big;
     if (fast) {
@@ -310,10 +310,14 @@ class token_grammar {
     const auto nodes = index_->nodes();
     const auto sums = index_->summaries();
     const auto ids = index_->ids();
-    // The walk's state and loop-path UTF-8 state (-1: left it) per trie depth: per call, so
-    // that threads walk at once.
-    std::vector<state_id> states(index_->max_depth() + 1);
-    std::vector<int> dec(index_->max_depth() + 1);
+    // The walk's state and loop-path UTF-8 state (-1: left it) per trie depth: the thread's
+    // own, so that threads walk at once (kept between calls: no allocation per mask).
+    thread_local std::vector<state_id> states;
+    thread_local std::vector<int> dec;
+    if (states.size() < index_->max_depth() + 1) {
+      states.resize(index_->max_depth() + 1);
+      dec.resize(index_->max_depth() + 1);
+    }
     states[0] = s;
     dec[0] = 0;
     const std::size_t n = nodes.size();
@@ -331,7 +335,7 @@ class token_grammar {
       // a subtree that stays in its loop is allowed whole, its tokens a contiguous run.
       const state_id p = states[nd.depth - 1u];
       if (nd.depth > 1 && nd.depth <= 4 && p != s) {
-        const loop_info lp = loops_of(p);
+        const loop_info& lp = loops_of(p, spare_p);
         if (lp.big && lp.budget == unlimited && (sums[i].ascii[0] & ~lp.ascii[0]) == 0 &&
             (sums[i].ascii[1] & ~lp.ascii[1]) == 0 &&
             (!sums[i].non_ascii || (lp.non_ascii && (sums[i].utf8_ok & 1)))) {
