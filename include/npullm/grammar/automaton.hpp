@@ -270,8 +270,8 @@ class byte_automaton {
     st.value = value;
     state_frames_.insert(state_frames_.end(), frames.begin(), frames.end());
     // Written before count_ and any transition to id are published (release).
-    dir_.load(std::memory_order_relaxed)[id / page_states]
-        .info.load(std::memory_order_relaxed)[id % page_states] = st;
+    dir_.load(std::memory_order_relaxed)[id / page_states].info.load(
+        std::memory_order_relaxed)[id % page_states] = st;
     count_.store(id + 1, std::memory_order_release);
     return id;
   }
@@ -413,7 +413,7 @@ class byte_automaton {
     std::atomic<std::atomic<std::uint32_t>*> row{nullptr};
   };
   std::atomic<page_entry*> dir_{nullptr};
-  std::size_t dir_capacity_ = 0;                      // under build_
+  std::size_t dir_capacity_ = 0;                     // under build_
   std::vector<std::unique_ptr<page_entry[]>> dirs_;  // every directory made (the current last)
   std::vector<std::unique_ptr<state_info[]>> info_pages_;
   std::vector<std::unique_ptr<std::atomic<std::uint32_t>[]>> row_pages_;
