@@ -658,74 +658,85 @@ class model_service final : public service {
     return c;
   }
 
-  // Streaming (one choice: n > 1 is refused with stream): SSE chunks as the text comes.
+  // Streaming: SSE chunks as the text comes, each naming its choice (index); after the last
+  // choice finishes, the usage chunk (include_usage) and [DONE].
   bool stream_body(response_job& job, httplib::DataSink& sink) {
     const bool chat = job.req.kind == serve::endpoint::chat;
     const bool buffer = tools_wanted(job.req);  // tool calls are parsed from the whole text
     if (!job.started) {
       init(job);
       if (chat) {
-        json d = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                  {"logprobs", nullptr}, {"finish_reason", nullptr}};
-        if (!write(sink, event(chunk_of(job, d)), job)) return false;
+        for (std::size_t i = 0; i < job.streams.size(); ++i) {
+          json d = {{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr}, {"finish_reason", nullptr}};
+          if (!write(sink, event(chunk_of(job, d)), job)) return false;
+        }
       }
     }
     std::vector<serve::output_stream::piece> pieces;
     gather(job, pieces);
-    auto& p = pieces[0];
-    job.tokens[0] += p.tokens.size();
     if (job.failure) {
       write(sink, event(serve::to_api_error(*job.failure).to_json()), job);
       write(sink, "data: [DONE]\n\n", job);
       sink.done();
       return true;
     }
-    if (!p.text.empty() || (!p.tokens.empty() && job.req.logprobs)) {
-      if (buffer) {
-        job.text[0] += p.text;
-      } else {
+    bool all = true;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      auto& p = pieces[i];
+      job.tokens[i] += p.tokens.size();
+      if (!p.text.empty() || (!p.tokens.empty() && job.req.logprobs)) {
+        if (buffer) {
+          job.text[i] += p.text;
+        } else {
+          json d;
+          if (chat) {
+            d = {{"index", i}, {"delta", {{"content", p.text}}}};
+            d["logprobs"] = job.req.logprobs
+                                ? json{{"content", chat_logprobs(p.tokens, p.logprobs)}}
+                                : json(nullptr);
+          } else {
+            d = {{"text", p.text}, {"index", i}};
+            d["logprobs"] = nullptr;
+            if (job.req.logprobs) {
+              json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}};
+              for (const auto& e : p.logprobs) {
+                lp["tokens"].push_back(std::string(tok_.piece(e.chosen.token)));
+                lp["token_logprobs"].push_back(e.chosen.logprob);
+              }
+              d["logprobs"] = lp;
+            }
+          }
+          d["finish_reason"] = nullptr;
+          if (!write(sink, event(chunk_of(job, d)), job)) return false;
+        }
+      }
+      if (p.finished && !job.done[i]) {
+        job.done[i] = true;
+        job.finish[i] = p.finish;
+        const char* finish = finish_name(p.finish);
         json d;
         if (chat) {
-          d = {{"index", 0}, {"delta", {{"content", p.text}}}};
-          d["logprobs"] = job.req.logprobs ? json{{"content", chat_logprobs(p.tokens, p.logprobs)}}
-                                           : json(nullptr);
-        } else {
-          d = {{"text", p.text}, {"index", 0}};
-          d["logprobs"] = nullptr;
-          if (job.req.logprobs) {
-            json lp = {{"tokens", json::array()}, {"token_logprobs", json::array()}};
-            for (const auto& e : p.logprobs) {
-              lp["tokens"].push_back(std::string(tok_.piece(e.chosen.token)));
-              lp["token_logprobs"].push_back(e.chosen.logprob);
+          json delta = json::object();
+          if (buffer) {
+            json m = message_of(job, i, finish);
+            if (m.contains("tool_calls")) {
+              json calls = m["tool_calls"];
+              for (std::size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
+              delta["tool_calls"] = calls;
+            } else {
+              delta["content"] = m["content"];
             }
-            d["logprobs"] = lp;
           }
+          d = {{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
+        } else {
+          d = {{"text", ""}, {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish}};
         }
-        d["finish_reason"] = nullptr;
         if (!write(sink, event(chunk_of(job, d)), job)) return false;
       }
+      all = all && job.done[i];
     }
-    if (p.finished) {
-      job.finish[0] = p.finish;
-      const char* finish = finish_name(p.finish);
-      json d;
-      if (chat) {
-        json delta = json::object();
-        if (buffer) {
-          json m = message_of(job, 0, finish);
-          if (m.contains("tool_calls")) {
-            json calls = m["tool_calls"];
-            for (std::size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
-            delta["tool_calls"] = calls;
-          } else {
-            delta["content"] = m["content"];
-          }
-        }
-        d = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}};
-      } else {
-        d = {{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
-      }
-      if (!write(sink, event(chunk_of(job, d)), job)) return false;
+    if (all) {
       if (job.req.include_usage) {
         json u = chunk_of(job, nullptr);
         u["choices"] = json::array();

@@ -152,6 +152,25 @@ describe('npullm_server with the OpenAI client', () => {
     assert.equal(a.usage.completion_tokens, 30);
   });
 
+  test('n = 2 streamed: the choices apart by index, the texts of the non-streaming call', async () => {
+    const args = { model: 'm', messages, max_tokens: 8, n: 2, seed: 9, temperature: 1, ignore_eos: true };
+    const whole = await client.chat.completions.create(args);
+    const stream = await client.chat.completions.create({ ...args, stream: true, stream_options: { include_usage: true } });
+    const texts = ['', ''];
+    const finishes = [null, null];
+    let usage = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        texts[c.index] += c.delta.content ?? '';
+        if (c.finish_reason) finishes[c.index] = c.finish_reason;
+      }
+    }
+    assert.deepEqual(texts, whole.choices.map((c) => c.message.content));
+    assert.deepEqual(finishes, ['length', 'length']);
+    assert.equal(usage.completion_tokens, 16);
+  });
+
   test('response_format json_schema: every streamed result parses and validates', async () => {
     const schema = {
       type: 'object',

@@ -57,7 +57,6 @@ inline void run_one(std::string_view input) {
   require(kind != serve::endpoint::chat || !r.messages.empty(), "chat without messages");
   require(kind != serve::endpoint::completion || !r.prompt.empty() || !r.prompt_ids.empty(),
           "completion without a prompt");
-  require(!(r.stream && r.n > 1), "stream with n > 1");
   const serve::completion_request again = serve::parse_completion_request(body, kind);
   require(again.messages == r.messages && again.prompt == r.prompt && again.stop == r.stop &&
               again.n == r.n && again.schema == r.schema,

@@ -94,7 +94,6 @@ TEST(ServeRequest, WrongTypesAndRangesAreRefusedNamingTheField) {
            {R"("response_format": {"type": "xml"})", "response_format"},
            {R"("tool_choice": "required")", "tool_choice"},  // no tools
            {R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})", "tool_choice"},
-           {R"("n": 2, "stream": true)", "n"},
            {R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})", "response_format"},
        }) {
     const auto e = refusal("{" + m + ", " + b.fields + "}");

@@ -17,8 +17,7 @@
 //   *ignore_eos, *cache_prompt, *grammar (GBNF). Unknown fields are ignored, as OpenAI's API
 //   does; a known field of the wrong type or out of its range is refused (invalid_argument,
 //   the message starting with the field's name: to_api_error makes that the error's param).
-//   Refused by name: n > 1 with stream, two of grammar / response_format / required tools,
-//   logprobs with n > 1 is fine.
+//   Refused by name: two of grammar / response_format / a required tool call.
 #pragma once
 
 #include <algorithm>
@@ -416,7 +415,6 @@ inline completion_request parse_completion_request(std::string_view body, endpoi
       r.tools_choice == tool_choice::required || r.tools_choice == tool_choice::named;
   if ((r.format != response_format::text) + !r.grammar.empty() + constrained_call > 1)
     refuse("response_format", "only one of response_format, grammar and a required tool call");
-  if (r.stream && r.n > 1) refuse("n", "n > 1 is not supported with stream");
   return r;
 }
 
