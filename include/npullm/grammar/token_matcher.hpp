@@ -293,6 +293,9 @@ class token_grammar {
   // the walk visits only tokens with a quote, a backslash or a control byte.
   void compute(state_id s, std::span<std::uint64_t> out) {
     loop_info spare_s, spare_p;
+    // The last parent state's loop: siblings share their parent (one lookup for a run of them).
+    state_id last_p = finished;
+    const loop_info* last_lp = nullptr;
     const loop_info& l = loops_of(s, spare_s);
     const std::uint32_t budget = budget_of(s, l);
     const bool fast = l.big;
@@ -335,7 +338,11 @@ class token_grammar {
       // a subtree that stays in its loop is allowed whole, its tokens a contiguous run.
       const state_id p = states[nd.depth - 1u];
       if (nd.depth > 1 && nd.depth <= 4 && p != s) {
-        const loop_info& lp = loops_of(p, spare_p);
+        if (p != last_p) {
+          last_lp = &loops_of(p, spare_p);
+          last_p = p;
+        }
+        const loop_info& lp = *last_lp;
         if (lp.big && lp.budget == unlimited && (sums[i].ascii[0] & ~lp.ascii[0]) == 0 &&
             (sums[i].ascii[1] & ~lp.ascii[1]) == 0 &&
             (!sums[i].non_ascii || (lp.non_ascii && (sums[i].utf8_ok & 1)))) {
