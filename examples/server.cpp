@@ -258,11 +258,17 @@ class model_service final : public service {
   }
 
   void tokenize(const httplib::Request& req, httplib::Response& res) override {
-    const json v = json::parse(req.body, nullptr, false);
-    if (!v.is_object() || !v.contains("content") || !v["content"].is_string())
+    json v;
+    try {
+      v = serve::parse_json_body(req.body);
+    } catch (const error& e) {
+      return send_error(res, serve::to_api_error(e));
+    }
+    if (!v.contains("content") || !v["content"].is_string())
       return send_error(res, make_error(400, "content: a string is required"));
-    const bool add_special = v.value("add_special", false);
-    const bool with_pieces = v.value("with_pieces", false);
+    const auto flag = [&](const char* k) { return v.contains(k) && v[k].is_boolean() && v[k].get<bool>(); };
+    const bool add_special = flag("add_special");
+    const bool with_pieces = flag("with_pieces");
     const auto ids = tok_.encode(v["content"].get<std::string>(),
                                  {.add_special = add_special, .parse_special = true});
     json out = json::object();
@@ -278,8 +284,13 @@ class model_service final : public service {
   }
 
   void detokenize(const httplib::Request& req, httplib::Response& res) override {
-    const json v = json::parse(req.body, nullptr, false);
-    if (!v.is_object() || !v.contains("tokens") || !v["tokens"].is_array())
+    json v;
+    try {
+      v = serve::parse_json_body(req.body);
+    } catch (const error& e) {
+      return send_error(res, serve::to_api_error(e));
+    }
+    if (!v.contains("tokens") || !v["tokens"].is_array())
       return send_error(res, make_error(400, "tokens: a list of token ids is required"));
     std::vector<std::int32_t> ids;
     for (const json& t : v["tokens"]) {

@@ -237,6 +237,12 @@ describe('npullm_server with the OpenAI client', () => {
     assert.match(d.content, /Hello world/);
     const a = await (await fetch(s.base + '/apply-template', { method: 'POST', headers: h, body: JSON.stringify({ messages }) })).json();
     assert.match(a.prompt, /poem about the sea/);
+    // Bodies nested past the limit are refused before the JSON parser recurses into them.
+    for (const path of ['/tokenize', '/detokenize', '/apply-template', '/v1/completions']) {
+      const r = await fetch(s.base + path, { method: 'POST', headers: h, body: '{"content": ' + '['.repeat(200000) });
+      assert.equal(r.status, 400, path);
+      assert.match((await r.json()).error.message, /nested deeper than 64/);
+    }
   });
 
   test('output does not depend on the load: alone and among 15 others, the same tokens and logprobs', async () => {

@@ -202,18 +202,26 @@ inline std::size_t text_depth(std::string_view text) {
 
 }  // namespace detail
 
+// A request body as a JSON object: its nesting counted on the text first (nlohmann's parser
+// and its copies recurse, so a body nested 10^5 deep would overflow the stack before any check
+// of ours), then parsed. Raises invalid_argument (too deep, not an object) or corrupt_data.
+inline json parse_json_body(std::string_view body, const request_limits& limits = {}) {
+  if (detail::text_depth(body) > limits.max_json_depth) {
+    raise(error_code::invalid_argument, "body: JSON nested deeper than ",
+          limits.max_json_depth, " levels");
+  }
+  json v = json::parse(body, nullptr, false);
+  if (v.is_discarded()) raise(error_code::corrupt_data, "body: not valid JSON");
+  if (!v.is_object()) raise(error_code::invalid_argument, "body: must be a JSON object");
+  return v;
+}
+
 // The body of POST /v1/chat/completions or /v1/completions, checked (see the top). Raises
 // invalid_argument (field: why) or corrupt_data (not JSON).
 inline completion_request parse_completion_request(std::string_view body, endpoint kind,
                                                    const request_limits& limits = {}) {
   using namespace detail;
-  if (text_depth(body) > limits.max_json_depth) {
-    raise(error_code::invalid_argument, "body: JSON nested deeper than ",
-          limits.max_json_depth, " levels");
-  }
-  const json v = json::parse(body, nullptr, false);
-  if (v.is_discarded()) raise(error_code::corrupt_data, "body: not valid JSON");
-  if (!v.is_object()) raise(error_code::invalid_argument, "body: must be a JSON object");
+  const json v = parse_json_body(body, limits);
   completion_request r;
   r.kind = kind;
   const auto has = [&](const char* k) { return v.contains(k) && !v[k].is_null(); };
