@@ -1,5 +1,6 @@
-// Tokenizer throughput: encode and decode of a long text (this project's README.md, ~50 KB of
-// English prose, code and tables, repeated to 1 MiB) with the vocabularies of ../shared/vocab
+// Tokenizer throughput: encode and decode of a long text (this project's README.md and the
+// docs/ pages in name order, ~100 KB of English prose, code and tables, repeated to 1 MiB; the
+// README alone was that text until it moved to docs/) with the vocabularies of ../shared/vocab
 // (benchmarks without their file are not registered; the binary says which).
 // Names: tokenizer_<encode|decode>/<vocab>/<bytes>/threads:1; counters tokens_per_s, MBps.
 //
@@ -12,12 +13,14 @@
 // median of the iterations (the target: <= 50 us for 10 turns).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -29,8 +32,18 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string long_text(std::size_t bytes) {
-  std::ifstream in(fs::path(NPULLM_SOURCE_DIR) / "README.md", std::ios::binary);
-  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<fs::path> files{fs::path(NPULLM_SOURCE_DIR) / "README.md"};
+  std::vector<fs::path> docs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(NPULLM_SOURCE_DIR) / "docs", ec))
+    if (e.path().extension() == ".md") docs.push_back(e.path());
+  std::sort(docs.begin(), docs.end());
+  files.insert(files.end(), docs.begin(), docs.end());
+  std::string readme;
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    readme.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   std::string text;
   if (readme.empty()) return text;
   while (text.size() < bytes) text += readme;
