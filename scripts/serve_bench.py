@@ -102,7 +102,9 @@ def run(args, concurrency):
                 if not todo:
                     return
                 i = todo.pop()
-            rng = random.Random(1000 + i)
+            # Prompts differ per request and per level (a later level must not find the
+            # earlier level's prompts in a prefix cache); the same between runs and servers.
+            rng = random.Random(1000003 * concurrency + i)
             messages = []
             if system:
                 messages.append({"role": "system", "content": system})
