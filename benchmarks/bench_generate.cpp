@@ -2,9 +2,12 @@
 // (names and counters as in shared/DESIGN.md): `batch` requests of 128-token prompts, 128 new
 // tokens each, greedy, all threads. tokens_per_s counts generated tokens over the whole run
 // (prefill included); x_batch1 is the speedup over batch 1 measured in the same process.
+// NPULLM_BATCH_INVARIANT=1 in the environment: the pipeline with batch_invariant (projections
+// and LM head in packed panels, as npullm_server runs dense weights), to measure its cost.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -28,9 +31,13 @@ lm_t& pipeline() {
   static const npullm::thread_pool pool(nb::all_threads());
   static std::unique_ptr<lm_t> lm = [] {
     const fs::path dir = nb::generated_model("qwen2-0.5b", npullm::dtype::bf16);
+    const char* invariant = std::getenv("NPULLM_BATCH_INVARIANT");
     return std::make_unique<lm_t>(
         dir, npullm::model::pipeline_options{
-                 .max_sequence = 1024, .kv_capacity = 64 * 272, .pool = &pool});
+                 .max_sequence = 1024,
+                 .kv_capacity = 64 * 272,
+                 .pool = &pool,
+                 .batch_invariant = invariant != nullptr && std::string(invariant) == "1"});
   }();
   return *lm;
 }
