@@ -462,14 +462,9 @@ class model_service final : public service {
   }
 
   void cancel_all(response_job& job) {
-    bool any = false;
     for (auto& s : job.streams) {
-      if (!s->cancelled()) {
-        engine_.cancel(*s);
-        any = true;
-      }
+      if (!s->cancelled()) engine_.cancel(*s);
     }
-    (void)any;
   }
 
   json logprob_entry(std::int32_t id, double lp) const {
