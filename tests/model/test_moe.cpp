@@ -1,5 +1,5 @@
 // Mixtures of experts: the router (moe/router.hpp), the MoE MLP against a double-precision
-// reference (model/moe_mlp.hpp), GGUF files written here (qwen2moe and llama-with-experts, i.e.
+// reference (moe/mlp.hpp), GGUF files written here (qwen2moe and llama-with-experts, i.e.
 // Mixtral: prefill == decode, malformed files refused), and llama.cpp's files and logits from
 // ../shared/vectors/gguf-moe (skipped, saying so, when that folder is absent).
 #include <gtest/gtest.h>
@@ -20,9 +20,9 @@
 #include "npullm/io/gguf_writer.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/config.hpp"
-#include "npullm/model/moe_mlp.hpp"
 #include "npullm/model/quantized_io.hpp"
 #include "npullm/model/synthetic.hpp"
+#include "npullm/moe/mlp.hpp"
 #include "npullm/moe/router.hpp"
 #include "npullm/ops/argmax.hpp"
 #include "npullm/ops/quant.hpp"
@@ -38,6 +38,10 @@ using namespace npullm;
 using namespace npullm::model;
 using npullm::io::ggml_type;
 using npullm::io::gguf_meta;
+using npullm::moe::moe_buffers;
+using npullm::moe::moe_mlp;
+using npullm::moe::moe_scratch;
+using npullm::moe::moe_weights;
 using npullm::testing::argmax_agreement;
 using npullm::testing::expect_error;
 using npullm::testing::max_abs_diff;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "npullm/model/config.hpp"
-#include "npullm/model/moe_mlp.hpp"
+#include "npullm/moe/mlp.hpp"
 #include "npullm/npu/backend.hpp"
 
 namespace npullm::model {
@@ -31,7 +31,7 @@ struct activations {
   buffer<3> att;         // (heads, rows, head_dim): attention output
   buffer<2> gate, up;    // (rows, mlp_width): each MLP views (rows, its intermediate) of them
   buffer<2> expert_in, expert_out, moe_out;  // (rows | 1, hidden): moe_mlp's gathered rows
-  moe_scratch moe;                           // routing state (host memory)
+  npullm::moe::moe_scratch moe;              // routing state (host memory)
 
   // The widest MLP of the model: what gate and up hold per row.
   static std::size_t mlp_width(const model_config& c) noexcept {

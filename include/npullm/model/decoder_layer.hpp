@@ -7,7 +7,7 @@
 //                                      whatever the caller keeps of the segment's K/V
 //   a = att W_o (+ b_o);  a = rms_norm(a) (Gemma 2's sandwich);  x += a
 //   m = down(act(rms_norm(x) W_gate) * rms_norm(x) W_up);  m = rms_norm(m) (Gemma 2);  x += m
-//   (a mixture-of-experts layer: m = moe_mlp(rms_norm(x)), model/moe_mlp.hpp)
+//   (a mixture-of-experts layer: m = moe_mlp(rms_norm(x)), moe/mlp.hpp)
 //
 // act is silu or gelu_tanh (config.hidden_act); every rms_norm scales by (1 + w) where the
 // family says so (Gemma 2); the attention scale is config.attention_scale().
@@ -34,8 +34,8 @@
 #include "npullm/core/slice.hpp"
 #include "npullm/model/activations.hpp"
 #include "npullm/model/config.hpp"
-#include "npullm/model/moe_mlp.hpp"
 #include "npullm/model/weights.hpp"
+#include "npullm/moe/mlp.hpp"
 #include "npullm/ops/gelu_mul.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/rms_norm.hpp"
@@ -129,13 +129,13 @@ void decoder_layer(const layer_weights<W>& w, activations<Backend>& a, const mod
   add_into(x, h);
   // MLP.
   norm(x, w.post_norm, h);
-  if (w.moe.present()) {  // a mixture of experts (model/moe_mlp.hpp)
+  if (w.moe.present()) {  // a mixture of experts (moe/mlp.hpp)
     const std::size_t H = cfg.hidden_size;
     const dense_view<float, 2> y(a.moe_out.data(), S, H);
-    moe_mlp(w.moe, cfg, h, y,
-            moe_buffers{a.gate.data(), a.up.data(), a.expert_in.data(), a.expert_out.data(),
-                        a.expert_in.view().extent(0)},
-            a.moe, policy);
+    moe::moe_mlp(w.moe, cfg, h, y,
+                 moe::moe_buffers{a.gate.data(), a.up.data(), a.expert_in.data(),
+                                  a.expert_out.data(), a.expert_in.view().extent(0)},
+                 a.moe, policy);
     add_into(x, y);
     return;
   }

@@ -102,7 +102,7 @@ std::vector<named_tensor<W>> named_tensors(const model_weights<W>& w, std::strin
     }
     // A mixture: the router, each expert's matrices (Mixtral's names for a Llama / Mistral
     // one), the shared expert and its gate.
-    const moe_weights<W>& m = lw.moe;
+    const moe::moe_weights<W>& m = lw.moe;
     const bool mixtral = c.family == model_family::llama || c.family == model_family::mistral;
     const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
     t.push_back({block + "gate.weight", nullptr, {}, {}, m.router});

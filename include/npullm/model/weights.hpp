@@ -12,6 +12,10 @@
 //
 // Every matrix is checked against config.json's shapes at load. One element type W for all
 // matrices today; a per-tensor type (quantized weights) changes layer_weights and load() only.
+//
+// The parts, included here: a matrix and its products (projection.hpp), a layer's weights
+// (layer_weights.hpp), a mixture's experts and their binding (moe/expert_weights.hpp), load
+// options, quantization at load and stored_weight_type (load_options.hpp).
 #pragma once
 
 #include <algorithm>
@@ -39,263 +43,13 @@
 #include "npullm/io/safetensors.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/gguf_model.hpp"
-#include "npullm/ops/gather.hpp"
-#include "npullm/ops/linear.hpp"
+#include "npullm/model/layer_weights.hpp"
+#include "npullm/model/load_options.hpp"
+#include "npullm/model/projection.hpp"
+#include "npullm/moe/expert_weights.hpp"
 #include "npullm/ops/quant.hpp"
-#include "npullm/ops/quant_linear.hpp"
-#include "npullm/ops/tiled_products.hpp"
 
 namespace npullm::model {
-
-// How a matrix is quantized at load (ops::quantize, round to nearest).
-struct quantization {
-  ops::weight_format format = ops::weight_format::int4_sym;  // q8_0, q4_0, int8_sym, int4_sym
-  std::size_t group = 128;  // *_sym: 32, 64, 128, or 0 = one group per output channel (K)
-  npullm::dtype scale_type = npullm::dtype::f16;  // *_sym: f16 or f32
-};
-
-// Options of model_weights::load. Quantization belongs to the weights (every pipeline over
-// them runs the same quantized matrices), so it is chosen here, not per pipeline. A matrix the
-// files already store quantized (npullm_quantize's safetensors) is used as stored.
-struct load_options {
-  // Every layer's q/k/v/o/gate/up/down (the Intel NPU recipe: int4_sym, group 128).
-  std::optional<quantization> projections = std::nullopt;
-  // The token embedding and the LM head (once when tied): the NPU recipe keeps them int8
-  // (int8_sym, per channel). The gather dequantizes the rows it reads.
-  std::optional<quantization> embedding_and_head = std::nullopt;
-  // Keys of config.json or GGUF metadata to accept unread: names, or prefixes ending in '*'
-  // ("_*"). Both readers refuse a key nobody has classified (it might change the math), and
-  // tools add their own to fine-tuned checkpoints (`unsloth_version`, provenance keys starting
-  // with `_`): list here those you know cannot change the forward pass.
-  std::vector<std::string> accept_keys = {};
-};
-
-// A weight matrix (N, K): dense in W as stored, or quantized (a checked view of its blocks,
-// zero-copy into a GGUF / quantized safetensors mapping, or owned by the weights when quantized
-// or row-permuted at load), plus the packed copy that linear reads instead when there is one
-// (owned by the pipeline that packs: ops::packed_weights for a dense W, ops::packed_quantized's
-// int8 panels for a quantized one, read by steps of more than 16 rows). The per-tensor unit:
-// project() dispatches on it at run time to W's dense linear or one of the quantized kernels.
-template <storage_type W>
-struct projection {
-  dense_view<const W, 2> w;  // (N, K); empty when quantized
-  const ops::packed_weights<W>* packed = nullptr;
-  std::optional<ops::quantized_view> quantized;
-  const ops::packed_quantized* packed_quantized = nullptr;  // of *quantized
-  const ops::repacked_quantized* repacked = nullptr;        // of *quantized: its tiles
-
-  [[nodiscard]] bool is_quantized() const noexcept { return quantized.has_value(); }
-  [[nodiscard]] std::size_t rows() const noexcept {
-    return quantized ? quantized->rows : w.extent(0);
-  }
-  [[nodiscard]] std::size_t cols() const noexcept {
-    return quantized ? quantized->cols : w.extent(1);
-  }
-  // The first stored byte: identifies the tensor (a tied LM head has its embedding's).
-  [[nodiscard]] const void* identity() const noexcept {
-    return quantized ? static_cast<const void*>(quantized->data.data())
-                     : static_cast<const void*>(w.data_handle());
-  }
-  // Bytes a product with it reads (data and scales).
-  [[nodiscard]] std::size_t bytes() const noexcept {
-    return quantized ? quantized->data.size() + quantized->scales.size() : w.size() * sizeof(W);
-  }
-};
-
-// Rows [r0, r1) of a matrix, zero-copy (Phi-3's fused projections).
-template <storage_type W>
-projection<W> row_range(const projection<W>& p, std::size_t r0, std::size_t r1) {
-  projection<W> out;
-  if (!p.quantized) {
-    out.w = rows(p.w, r0, r1);
-    return out;
-  }
-  const ops::quantized_view& q = *p.quantized;
-  const std::size_t rb = q.row_bytes();
-  const auto data = q.data.subspan(r0 * rb, (r1 - r0) * rb);
-  if (ops::is_block_format(q.format)) {
-    out.quantized.emplace(q.format, r1 - r0, q.cols, data);
-  } else {
-    const std::size_t sb = q.groups() * size_of(q.scale_type);
-    out.quantized.emplace(q.format, r1 - r0, q.cols, data,
-                          q.scales.subspan(r0 * sb, (r1 - r0) * sb), q.group, q.scale_type);
-  }
-  return out;
-}
-
-// y = x W^T (+ bias): the quantized kernel of the matrix's format (over its tiles when repacked,
-// except steps of more than 16 rows where there are panels too; over its panels when packed),
-// else W's linear through the packed copy when there is one.
-template <storage_type W, threading_policy Policy>
-void project(dense_view<const float, 2> x, const projection<W>& p, dense_view<float, 2> y,
-             std::span<const float> bias, const Policy& policy) {
-  if (p.repacked != nullptr && (p.packed_quantized == nullptr || x.extent(0) <= 16)) {
-    ops::linear(x, *p.repacked, y, bias, policy);
-  } else if (p.packed_quantized != nullptr) {
-    ops::linear(x, *p.packed_quantized, y, bias, policy);
-  } else if (p.quantized) {
-    ops::linear(x, *p.quantized, y, bias, policy);
-  } else if (p.packed != nullptr) {
-    ops::linear<W>(x, *p.packed, y, bias, policy);
-  } else {
-    ops::linear<W>(x, p.w, y, bias, policy);
-  }
-}
-
-// One of several projections of the same x (project_together).
-template <storage_type W>
-struct projection_into {
-  const projection<W>* p;
-  dense_view<float, 2> y;
-  std::span<const float> bias;
-};
-
-// y_i = x W_i^T (+ bias_i) for projections that all read x (Q, K and V; gate and up). Where
-// every one has tiles and x has at most 16 rows (a decode step, a small batch or a speculative
-// verification), x is quantized once and all run as ONE parallel job over their tiles
-// (ops/tiled_products.hpp): one fork and join instead of one per matrix, the threads' parts
-// split over all their bytes. Each y equals project()'s bit for bit either way (the same
-// tile kernel over the same quantized x), so nothing depends on which path ran.
-template <storage_type W, threading_policy Policy>
-void project_together(dense_view<const float, 2> x, std::span<const projection_into<W>> outs,
-                      const Policy& policy) {
-  const std::size_t m = x.extent(0);
-  for (std::size_t i = 0; i < outs.size(); ++i) {  // all checked before any is written
-    const projection_into<W>& o = outs[i];
-    if (o.p == nullptr || o.p->cols() != x.extent(1) || o.y.extent(0) != m ||
-        o.y.extent(1) != o.p->rows() || (!o.bias.empty() && o.bias.size() != o.p->rows())) {
-      raise(error_code::invalid_shape, "project_together: projection ", i, ": x (", m, ", ",
-            x.extent(1), "), W [", o.p ? o.p->rows() : 0, ", ", o.p ? o.p->cols() : 0, "], y (",
-            o.y.extent(0), ", ", o.y.extent(1), "), bias [", o.bias.size(),
-            "] (want y (M, N), bias empty or [N])");
-    }
-  }
-  constexpr std::size_t most = 4;
-  bool together = m >= 1 && m <= 16 && outs.size() >= 2 && outs.size() <= most &&
-                  x.stride(1) == 1 && static_cast<std::size_t>(x.stride(0)) == x.extent(1) &&
-                  x.extent(1) % 32 == 0;
-  for (const projection_into<W>& o : outs) {
-    together = together && o.p->repacked != nullptr && o.y.stride(1) == 1;
-  }
-  if (!together) {
-    for (const projection_into<W>& o : outs) project(x, *o.p, o.y, o.bias, policy);
-    return;
-  }
-  thread_local ops::tile_activations xa;  // (kept: no allocation per step)
-  ops::quantize_for_tiles(x, xa);
-  std::array<ops::tiled_product, most> ps{};
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    const projection_into<W>& o = outs[i];
-    ps[i] = {.w = o.p->repacked,
-             .x = &xa,
-             .m0 = 0,
-             .m = m,
-             .y = o.y.data_handle(),
-             .ldy = static_cast<std::size_t>(o.y.stride(0)),
-             .bias = o.bias.empty() ? nullptr : o.bias.data()};
-  }
-  ops::run_tiled_products(std::span<const ops::tiled_product>(ps.data(), outs.size()), policy);
-}
-
-// Rows ids of a (vocab, hidden) matrix as f32 (the embedding gather): quantized rows are
-// dequantized as their format defines them.
-template <storage_type W>
-void gather_rows(std::span<const std::int32_t> ids, const projection<W>& table,
-                 dense_view<float, 2> out) {
-  if (table.quantized) {
-    ops::gather(ids, *table.quantized, out);
-  } else {
-    ops::gather<W>(ids, table.w, out);
-  }
-}
-
-namespace detail {
-
-// Bytes owned by the weights: a matrix quantized or row-permuted at load, or a converted vector.
-struct owned_bytes {
-  std::vector<std::byte> data, scales;
-};
-
-// w (N, K) quantized as q asks, in chunks of rows (a bf16 embedding is not converted to f32
-// whole). The view points into *out.
-template <storage_type W>
-ops::quantized_view quantize_matrix(dense_view<const W, 2> w, const quantization& q,
-                                    owned_bytes& out) {
-  const std::size_t n = w.extent(0), k = w.extent(1);
-  const std::size_t group = q.group == 0 ? k : q.group;
-  constexpr std::size_t chunk = 256;
-  tensor<float, 2> f(std::min(chunk, std::max<std::size_t>(n, 1)), k);
-  out.data.clear();
-  out.scales.clear();
-  for (std::size_t r0 = 0; r0 < n; r0 += chunk) {
-    const std::size_t r1 = std::min(n, r0 + chunk);
-    const W* src = w.data_handle() + r0 * k;
-    float* dst = f.data();
-    for (std::size_t i = 0; i < (r1 - r0) * k; ++i) dst[i] = to_float(src[i]);
-    const auto m =
-        ops::quantize(dense_view<const float, 2>(dst, r1 - r0, k), q.format, group, q.scale_type);
-    out.data.insert(out.data.end(), m.data().begin(), m.data().end());
-    out.scales.insert(out.scales.end(), m.scales().begin(), m.scales().end());
-  }
-  if (ops::is_block_format(q.format)) return ops::quantized_view(q.format, n, k, out.data);
-  return ops::quantized_view(q.format, n, k, out.data, out.scales, group, q.scale_type);
-}
-
-}  // namespace detail
-
-// A mixture-of-experts MLP's weights (config.moe): the router in f32 (the choice of experts
-// turns on near-ties, so its logits are computed from the stored values without rounding them
-// to W), each expert's three matrices (views of the GGUF's 3-D tensors' slabs, zero-copy, or
-// of the per-expert safetensors), and Qwen2-MoE's shared expert with its sigmoid gate.
-template <storage_type W>
-struct moe_weights {
-  dense_view<const float, 2> router;                  // (experts, hidden)
-  std::vector<projection<W>> gate, up;                // [experts] (expert_intermediate, hidden)
-  std::vector<projection<W>> down;                    // [experts] (hidden, expert_intermediate)
-  projection<W> shared_gate, shared_up, shared_down;  // rows() == 0 without a shared expert
-  std::span<const float> shared_expert_gate;          // (hidden); empty without one
-
-  [[nodiscard]] bool present() const noexcept { return !gate.empty(); }
-};
-
-// One decoder layer's weights (views). Which are present depends on the family (config.hpp):
-// every family has input_norm, q/k/v/o and gate/up/down; Phi-3's fused qkv_proj and
-// gate_up_proj are bound as row ranges of the fused matrices (zero-copy).
-template <storage_type W>
-struct layer_weights {
-  dense_view<const W, 1> input_norm;  // (hidden): before attention
-  // (hidden): before the MLP (HF's post_attention_layernorm, or Gemma 2's
-  // pre_feedforward_layernorm)
-  dense_view<const W, 1> post_norm;
-  projection<W> q, k, v;                          // (q_size | kv_size, hidden)
-  projection<W> o;                                // (hidden, q_size)
-  projection<W> gate, up;                         // (intermediate, hidden)
-  projection<W> down;                             // (hidden, intermediate)
-  std::span<const float> q_bias, k_bias, v_bias;  // empty without attention bias
-  std::span<const float> o_bias;                  // empty without an o_proj bias
-  dense_view<const W, 1> q_norm, k_norm;          // (head_dim): Qwen 3's q/k norms, else empty
-  // (hidden): Gemma 2's sandwich norms on the attention output (post_attention_layernorm) and
-  // on the MLP output (post_feedforward_layernorm), else empty.
-  dense_view<const W, 1> attn_out_norm, mlp_out_norm;
-  // A mixture-of-experts layer (config.moe.in_layer): gate / up / down above are empty then.
-  moe_weights<W> moe;
-};
-
-// fn(projection&) for every matrix of a layer that has one: q, k, v, o, then the dense MLP's
-// gate, up, down or the experts' (gate, up, down per expert) and the shared expert's.
-template <class Layer, class Fn>
-void for_each_projection(Layer& l, Fn&& fn) {
-  auto visit = [&](auto& p) {
-    if (p.rows() != 0) fn(p);
-  };
-  for (auto* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) visit(*p);
-  for (std::size_t e = 0; e < l.moe.gate.size(); ++e) {
-    visit(l.moe.gate[e]);
-    visit(l.moe.up[e]);
-    visit(l.moe.down[e]);
-  }
-  for (auto* p : {&l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down}) visit(*p);
-}
 
 template <storage_type W>
 class model_weights {
@@ -504,8 +258,16 @@ class model_weights {
         }
       }
       lw.o = mat(p + "self_attn.o_proj.weight", h, c.q_size(), P);
-      if (c.moe.in_layer(l)) {
-        bind_moe(l, p, lw.moe, mat, f32);
+      if (c.moe.in_layer(l)) {  // the experts (moe/expert_weights.hpp)
+        moe::bind_experts<W>(
+            c, p, lw.moe,
+            [&](const std::string& name, std::size_t r, std::size_t k) {
+              return mat(name, r, k, P);
+            },
+            f32, gguf_ != nullptr,
+            [&](std::string_view part, std::size_t r, std::size_t k) {
+              return gguf_experts(l, part, r, k);
+            });
       } else {
         lw.down = mat(p + "mlp.down_proj.weight", h, inter, P);
       }
@@ -527,37 +289,6 @@ class model_weights {
       }
       if (c.attention_output_bias) lw.o_bias = bias(p + "self_attn.o_proj.bias", h);
       layers.push_back(lw);
-    }
-  }
-
-  // Layer l's experts (HF prefix p): Mixtral's block_sparse_moe (w1 gate, w3 up, w2 down) or
-  // the Qwen mixtures' mlp.experts, the router, and Qwen2-MoE's shared expert.
-  template <class Mat, class F32>
-  void bind_moe(std::size_t l, const std::string& p, moe_weights<W>& m, Mat& mat, F32& f32) {
-    const auto& c = config_;
-    const std::size_t h = c.hidden_size, n = c.moe.experts, ff = c.moe.expert_intermediate_size;
-    const auto P = matrix_role::projection;
-    const bool mixtral = c.family == model_family::mistral || c.family == model_family::llama;
-    const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
-    m.router = f32(block + "gate.weight", n, h);
-    if (gguf_) {
-      m.gate = gguf_experts(l, "gate", ff, h);
-      m.up = gguf_experts(l, "up", ff, h);
-      m.down = gguf_experts(l, "down", h, ff);
-    } else {
-      for (std::size_t e = 0; e < n; ++e) {
-        const std::string x = block + "experts." + std::to_string(e) + ".";
-        m.gate.push_back(mat(x + (mixtral ? "w1.weight" : "gate_proj.weight"), ff, h, P));
-        m.up.push_back(mat(x + (mixtral ? "w3.weight" : "up_proj.weight"), ff, h, P));
-        m.down.push_back(mat(x + (mixtral ? "w2.weight" : "down_proj.weight"), h, ff, P));
-      }
-    }
-    if (const std::size_t sf = c.moe.shared_expert_intermediate_size; sf != 0) {
-      m.shared_gate = mat(p + "mlp.shared_expert.gate_proj.weight", sf, h, P);
-      m.shared_up = mat(p + "mlp.shared_expert.up_proj.weight", sf, h, P);
-      m.shared_down = mat(p + "mlp.shared_expert.down_proj.weight", h, sf, P);
-      const auto g = f32(p + "mlp.shared_expert_gate.weight", 1, h);
-      m.shared_expert_gate = {g.data_handle(), h};
     }
   }
 
@@ -807,40 +538,6 @@ class model_weights {
   // Biases; matrices quantized or permuted at load; converted norms; device copies' buffers.
   std::vector<std::shared_ptr<const void>> owned_;
 };
-
-// The element type W that model_weights<W>::load_gguf needs for a GGUF file: that of its dense
-// matrices (2-D F32 / F16 / BF16 tensors, which load_gguf requires stored as W), or f32 when
-// every matrix is quantized (W is then only the norms' type; llama.cpp stores them F32, so they
-// are read zero-copy).
-inline npullm::dtype stored_weight_type(const io::gguf_file& file) {
-  for (const io::gguf_tensor_info& t : file.tensors()) {
-    if (t.n_dims < 2) continue;
-    if (const auto d = io::ggml_storage(t.type)) return *d;
-  }
-  return npullm::dtype::f32;
-}
-
-// The element type a model stores its weights in: what to instantiate a pipeline for. `path` is
-// a model directory (config.json + safetensors: the type of its embedding matrix, which load()
-// checks every other matrix against; a quantized model's W is that of its norms) or a GGUF file
-// (see the overload above).
-inline npullm::dtype stored_weight_type(const std::filesystem::path& path) {
-  if (std::filesystem::is_regular_file(path)) return stored_weight_type(*io::gguf_file::open(path));
-  const io::safetensors_model file = io::safetensors_model::open(path);
-  // A quantized embedding (npullm_quantize): the final norm's type is W.
-  const bool quantized =
-      file.file_of("model.embed_tokens.weight")
-          .header()
-          .metadata.contains(io::quantized_metadata_key("model.embed_tokens.weight"));
-  const io::tensor_info& info =
-      file.info(quantized ? "model.norm.weight" : "model.embed_tokens.weight");
-  const auto d = info.storage();
-  if (!d) {
-    raise(error_code::unsupported, "model ", path.string(), ": ", info.name, " is stored as ",
-          info.dtype, " (npullm reads F32, F16 and BF16)");
-  }
-  return *d;
-}
 
 // Loads the weights in the type the files store and calls fn(std::shared_ptr<const
 // model_weights<W>>) with that W, one of float, float16 and bfloat16: the caller's pipeline

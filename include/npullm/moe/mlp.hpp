@@ -1,4 +1,5 @@
-// moe_mlp: a mixture-of-experts MLP over a step's rows (config.moe; see config.hpp's moe_config).
+// mlp: the mixture-of-experts MLP (moe_mlp) over a step's rows (config.moe; see
+// model/config_types.hpp's moe_config), its buffers and routing state (moe_scratch).
 //
 //   x (S, hidden): the normed rows;  y (S, hidden): the output (overwritten)
 //   logits (S, experts) = x router^T (f32);  moe::route -> k experts and weights per row
@@ -31,15 +32,16 @@
 
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/tensor_view.hpp"
-#include "npullm/model/config.hpp"
-#include "npullm/model/weights.hpp"
+#include "npullm/model/config_types.hpp"
+#include "npullm/model/projection.hpp"
+#include "npullm/moe/expert_weights.hpp"
 #include "npullm/moe/router.hpp"
 #include "npullm/ops/gelu_mul.hpp"
 #include "npullm/ops/linear.hpp"
 #include "npullm/ops/silu_mul.hpp"
 #include "npullm/ops/tiled_products.hpp"
 
-namespace npullm::model {
+namespace npullm::moe {
 
 // The host-side state of moe_mlp, kept by the pipeline between steps (no allocation per step
 // once the largest step has run).
@@ -72,8 +74,9 @@ struct moe_buffers {
 };
 
 // g = act(g) * u, elementwise over (rows, cols) (the model's hidden_act).
-inline void moe_act(const model_config& c, dense_view<float, 2> g, dense_view<const float, 2> u) {
-  if (c.hidden_act == activation_kind::gelu_tanh) {
+inline void moe_act(const model::model_config& c, dense_view<float, 2> g,
+                    dense_view<const float, 2> u) {
+  if (c.hidden_act == model::activation_kind::gelu_tanh) {
     ops::gelu_tanh_mul(g, u, g);
   } else {
     ops::silu_mul(g, u, g);
@@ -133,7 +136,7 @@ inline void add_shared_expert(const moe_scratch& s, const float* out, dense_view
 template <storage_type W>
 bool moe_tiled(const moe_weights<W>& m, const std::vector<std::size_t>& active, std::size_t S) {
   if (S == 0 || S > 16 || active.empty()) return false;
-  const auto tiled = [](const projection<W>& p) { return p.repacked != nullptr; };
+  const auto tiled = [](const model::projection<W>& p) { return p.repacked != nullptr; };
   for (const std::size_t e : active) {
     if (!tiled(m.gate[e]) || !tiled(m.up[e]) || !tiled(m.down[e])) return false;
   }
@@ -143,8 +146,9 @@ bool moe_tiled(const moe_weights<W>& m, const std::vector<std::size_t>& active, 
 
 // The tiled way (see the top), after routing: s.groups and s.active are this step's; y is zero.
 template <storage_type W, threading_policy Policy>
-void moe_tiled_step(const moe_weights<W>& m, const model_config& c, dense_view<const float, 2> x,
-                    dense_view<float, 2> y, moe_scratch& s, const Policy& policy) {
+void moe_tiled_step(const moe_weights<W>& m, const model::model_config& c,
+                    dense_view<const float, 2> x, dense_view<float, 2> y, moe_scratch& s,
+                    const Policy& policy) {
   const std::size_t S = x.extent(0), H = x.extent(1), k = c.moe.experts_per_token;
   const std::size_t F = m.gate[s.active.front()].rows(), SK = S * k;
   const bool shared = m.shared_gate.rows() != 0;
@@ -195,19 +199,20 @@ void moe_tiled_step(const moe_weights<W>& m, const model_config& c, dense_view<c
 }
 
 template <storage_type W, threading_policy Policy>
-void moe_mlp(const moe_weights<W>& m, const model_config& c, dense_view<const float, 2> x,
+void moe_mlp(const moe_weights<W>& m, const model::model_config& c, dense_view<const float, 2> x,
              dense_view<float, 2> y, const moe_buffers& b, moe_scratch& s, const Policy& policy) {
   const std::size_t S = x.extent(0), H = x.extent(1), n = c.moe.experts;
   const std::size_t k = c.moe.experts_per_token;
   // One expert's MLP over `in` (rows, H) into `out`, its gate / up products at g / u.
-  auto mlp = [&](dense_view<const float, 2> in, const projection<W>& gate, const projection<W>& up,
-                 const projection<W>& down, float* g_at, float* u_at, dense_view<float, 2> out) {
+  auto mlp = [&](dense_view<const float, 2> in, const model::projection<W>& gate,
+                 const model::projection<W>& up, const model::projection<W>& down, float* g_at,
+                 float* u_at, dense_view<float, 2> out) {
     const std::size_t rows = in.extent(0), ff = gate.rows();
     const dense_view<float, 2> g(g_at, rows, ff), u(u_at, rows, ff);
-    project(in, gate, g, {}, policy);
-    project(in, up, u, {}, policy);
+    model::project(in, gate, g, {}, policy);
+    model::project(in, up, u, {}, policy);
     moe_act(c, g, u);
-    project(g, down, out, {}, policy);
+    model::project(g, down, out, {}, policy);
   };
 
   // The router, from f32 weights (near-ties decide which experts run).
@@ -259,4 +264,4 @@ void moe_mlp(const moe_weights<W>& m, const model_config& c, dense_view<const fl
   }
 }
 
-}  // namespace npullm::model
+}  // namespace npullm::moe
