@@ -336,8 +336,9 @@ class model_service final : public service {
     metric("engine_step_seconds_total", "counter", "Seconds in generator steps.", m.step_seconds);
     metric("preemptions_total", "counter", "Sequences preempted for KV blocks.", double(m.preemptions));
     metric("kv_blocks_total", "gauge", "KV blocks in the pool.", double(m.blocks_total));
-    metric("kv_blocks_free", "gauge", "KV blocks free (cached prefixes count as used).", double(m.blocks_free));
-    metric("kv_blocks_used", "gauge", "KV blocks in use or holding cached prefixes.",
+    metric("kv_blocks_free", "gauge", "KV blocks free (those holding cached prefixes too: a hit takes one back, else it is evicted on demand).",
+           double(m.blocks_free));
+    metric("kv_blocks_used", "gauge", "KV blocks held by the running sequences.",
            double(m.blocks_total - m.blocks_free));
     res.set_content(out.str(), "text/plain; version=0.0.4");
   }

@@ -319,6 +319,37 @@ describe('npullm_server under load and faults', () => {
     assert.equal(m.requests_running, 0);
   });
 
+  test('a client that hangs up before its prompt is computed: cancelled, its prompt never prefilled, the others go on', async () => {
+    // Four long streams fill the four slots; a fifth request with a ~1,000-token prompt waits.
+    const before = await metrics(s.base);
+    const ctrls = [0, 1, 2, 3].map(() => new AbortController());
+    const busy = await Promise.all(ctrls.map((c) => client.chat.completions.create(
+      { model: 'm', messages, max_tokens: 1500, ignore_eos: true, stream: true }, { signal: c.signal })));
+    let m = await until(s.base, null, (m) => m.requests_running === 4);
+    assert.equal(m.requests_running, 4);
+    const queued = new AbortController();
+    const p = client.chat.completions.create(
+      { model: 'm', messages: [{ role: 'user', content: 'sea '.repeat(1000) }], max_tokens: 8, stream: true },
+      { signal: queued.signal }).catch(() => null);
+    m = await until(s.base, null, (m) => m.requests_waiting >= 1);
+    assert.equal(m.requests_waiting, 1);
+    queued.abort();
+    await p;
+    m = await until(s.base, null, (m) => m.requests_cancelled_total > before.requests_cancelled_total);
+    assert.equal(m.requests_cancelled_total, before.requests_cancelled_total + 1, 'the waiting one is cancelled');
+    assert.equal(m.requests_waiting, 0);
+    assert.equal(m.requests_running, 4, 'the four streams go on');
+    assert.ok(m.prompt_tokens_total - before.prompt_tokens_total < 500, 'its 1,000-token prompt was never computed');
+    // The four streams still deliver after the cancellation; then their clients hang up too.
+    let chunks = 0;
+    for await (const chunk of busy[0]) if (++chunks === 3) break;
+    assert.equal(chunks, 3);
+    ctrls.forEach((c) => c.abort());
+    m = await until(s.base, null, (m) => m.requests_running === 0 && m.kv_blocks_free === m.kv_blocks_total);
+    assert.equal(m.requests_cancelled_total, before.requests_cancelled_total + 5);
+    assert.equal(m.kv_blocks_free, m.kv_blocks_total, 'every block back in the pool (cached prefixes are free)');
+  });
+
   test('64 concurrent clients against 4 slots and a queue of 8: every answer 200 or 503, none dropped', async () => {
     const results = await Promise.allSettled(Array.from({ length: 64 }, async (_, i) => {
       const stream = await client.chat.completions.create({
