@@ -25,6 +25,9 @@
 // device graph has) and chunked (chunks of q, each chunk's K/V joining the past). All three
 // give the same logits. With pyramid_attention_policy<q> (contiguous KV) chunks and decode
 // steps run the smallest pyramid variant, with static shapes.
+//
+// This header is the public face and the pipeline's state; how it is built (options, packing,
+// KV, graph arguments) is in causal_lm_build.hpp, how a step runs in causal_lm_step.hpp.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +59,8 @@
 #include "npullm/kv/contiguous_cache.hpp"
 #include "npullm/kv/ring_cache.hpp"
 #include "npullm/model/activations.hpp"
+#include "npullm/model/causal_lm_build.hpp"
+#include "npullm/model/causal_lm_step.hpp"
 #include "npullm/model/config.hpp"
 #include "npullm/model/decoder_layer.hpp"
 #include "npullm/model/pipeline_config.hpp"
@@ -113,21 +118,21 @@ class causal_lm {
         options_(options),
         backend_(std::move(backend)),
         rope_(make_rope_table(config_, std::max(options.max_sequence, options.prefill.size) + 1)) {
-    validate_options();
+    build::validate_options(*this);
     if constexpr (backend_type::device_memory) {
       device_weights_ = host_weights_->copied_into(backend_);
       weights_ = device_weights_.get();
     } else {
       weights_ = host_weights_.get();
     }
-    pack_weights();
-    create_kv();
+    build::pack_weights(*this);
+    build::create_kv(*this);
     act_ = activations<backend_type>::allocate(backend_, config_,
                                                std::max(prefill_rows_, options_.decode_rows));
-    bind_arguments();
-    const body_fn body = [this](const body_closure& c) { run_layer(c); };
+    build::bind_arguments(*this);
+    const body_fn body = [this](const body_closure& c) { steps::run_layer(*this, c); };
     head_ = backend_.compile("head", {{0, config_.hidden_size}, false},
-                             head_fn([this](const step_state& s) { run_head(s); }));
+                             head_fn([this](const step_state& s) { steps::run_head(*this, s); }));
     // One body per distinct layer kind (full attention, or a window of W keys: Gemma 2
     // alternates two), each compiled for the prefill and the decode shape and invoked per layer
     // with that layer's weights.
@@ -145,7 +150,7 @@ class causal_lm {
           "body/decode" + kind, {{options_.decode_rows, config_.hidden_size}, pyramid}, body));
     }
     tail_ = backend_.compile("tail", {{0, config_.vocab_size}, false},
-                             tail_fn([this](const tail_closure& t) { run_tail(t); }));
+                             tail_fn([this](const tail_closure& t) { steps::run_tail(*this, t); }));
   }
 
   // Runs a prompt (appended to the current sequence; static prefill needs an empty one).
@@ -165,16 +170,17 @@ class causal_lm {
         raise(error_code::capacity_exhausted, "causal_lm: prompt of ", n,
               " tokens exceeds the static prompt capacity ", mode.size);
       }
-      run_step(ids, 0, slots{mode.size, mode.size - n}, body_prefill_, out);
+      steps::run_step(*this, ids, 0, slots{mode.size, mode.size - n}, body_prefill_, out);
     } else if (mode.mode == prefill_mode::kind::chunked || pyramid || n > prefill_rows_) {
       const std::size_t q = chunk_size();
       check_capacity(n);
       for (std::size_t t0 = 0; t0 < n; t0 += q) {
         const std::size_t len = std::min(q, n - t0);
-        run_step(ids.subspan(t0, len), t0, slots{pyramid ? q : len, 0}, body_prefill_, out);
+        steps::run_step(*this, ids.subspan(t0, len), t0, slots{pyramid ? q : len, 0}, body_prefill_,
+                        out);
       }
     } else {
-      run_step(ids, 0, slots{n, 0}, body_prefill_, out);
+      steps::run_step(*this, ids, 0, slots{n, 0}, body_prefill_, out);
     }
     return out;
   }
@@ -196,7 +202,7 @@ class causal_lm {
             " tokens exceeds the decode shape of ", options_.decode_rows, " rows");
     }
     auto out = make_output(sel, ids.size());
-    run_step(ids, 0, slots{ids.size(), 0}, body_decode_, out, layers);
+    steps::run_step(*this, ids, 0, slots{ids.size(), 0}, body_decode_, out, layers);
     return out;
   }
 
@@ -235,7 +241,7 @@ class causal_lm {
       }
       std::vector<std::size_t> rows_last;
       for (const segment& g : st.packed) rows_last.push_back(g.begin + g.rows - 1);
-      run_lm_head(rows_last, rows(out.view(), first, last));
+      steps::run_lm_head(*this, rows_last, rows(out.view(), first, last));
       backend_.wait();
       first = last;
     }
@@ -319,7 +325,7 @@ class causal_lm {
       std::copy_n(&act_.x.view()(out.hidden_rows[i], 0), config_.hidden_size,
                   &out.hidden.view()(i, 0));
     }
-    run_lm_head(out.logit_rows, out.logits.view());
+    steps::run_lm_head(*this, out.logit_rows, out.logits.view());
     backend_.wait();
     if (layers >= layers_.size()) {  // a whole step (not a self-draft's first layers)
       for (const sequence_input& in : inputs) release_out_of_window(*in.table);
@@ -404,6 +410,13 @@ class causal_lm {
   static constexpr std::size_t all_layers = std::numeric_limits<std::size_t>::max();
 
  private:
+  // How the pipeline is put together and how a step runs: causal_lm_build.hpp and
+  // causal_lm_step.hpp, static functions over this pipeline's state (their friends).
+  friend struct detail::causal_lm_build<causal_lm>;
+  friend struct detail::causal_lm_steps<causal_lm>;
+  using build = detail::causal_lm_build<causal_lm>;
+  using steps = detail::causal_lm_steps<causal_lm>;
+
   // Where the KV lives: the backend's memory, in the storage units of the KV format.
   kv_allocator kv_alloc() const { return backend_.template allocator<kv::storage_unit_t<KvT>>(); }
 
@@ -454,169 +467,10 @@ class causal_lm {
     return prefill_rows_;
   }
 
-  void validate_options() {
-    const auto& m = options_.prefill;
-    if (options_.max_sequence == 0 || options_.decode_rows == 0 ||
-        (m.mode != prefill_mode::kind::dynamic && m.size == 0)) {
-      raise(error_code::invalid_argument, "causal_lm: max_sequence ", options_.max_sequence,
-            ", decode_rows ", options_.decode_rows, " and a static/chunked prefill size ", m.size,
-            " must be > 0");
-    }
-    if (config_.head_dim % simd::lanes != 0) {
-      raise(error_code::unsupported, "causal_lm: head_dim ", config_.head_dim,
-            " is not a multiple of ", simd::lanes);
-    }
-    // What the family asks that this pipeline does not do (config.hpp reads it all).
-    if (pyramid && config_.attn_logit_softcapping > 0) {
-      raise(error_code::unsupported, "causal_lm: pyramid attention with attn_logit_softcapping ",
-            config_.attn_logit_softcapping, " (", to_string(config_.family), ")");
-    }
-    const bool windowed = std::any_of(config_.layer_windows.begin(), config_.layer_windows.end(),
-                                      [](std::size_t w) { return w != 0; });
-    if (pyramid && windowed) {
-      raise(error_code::unsupported, "causal_lm: pyramid attention with sliding-window layers (",
-            to_string(config_.family), ")");
-    }
-    if constexpr (pyramid) {
-      if (m.mode == prefill_mode::kind::static_shape) {
-        raise(error_code::invalid_argument,
-              "causal_lm: pyramid attention prefills in chunks of its own; use "
-              "prefill_mode::chunked or dynamic");
-      }
-      if (m.mode == prefill_mode::kind::chunked && m.size != attention_policy::chunk) {
-        raise(error_code::invalid_argument, "causal_lm: pyramid attention prefills in chunks of ",
-              attention_policy::chunk, ", its own; prefill_mode::chunked(", m.size,
-              ") asks for another size");
-      }
-      if (options_.decode_rows > attention_policy::chunk) {
-        raise(error_code::invalid_argument, "causal_lm: decode_rows ", options_.decode_rows,
-              " exceeds the pyramid chunk ", attention_policy::chunk);
-      }
-    }
-    switch (m.mode) {
-      case prefill_mode::kind::dynamic:
-        prefill_rows_ = options_.step_rows != 0
-                            ? std::min(options_.step_rows, options_.max_sequence)
-                            : options_.max_sequence;
-        break;
-      case prefill_mode::kind::static_shape: prefill_rows_ = m.size; break;
-      case prefill_mode::kind::chunked: prefill_rows_ = m.size; break;
-    }
-    if constexpr (pyramid) prefill_rows_ = attention_policy::chunk;
-    if (m.mode == prefill_mode::kind::static_shape && m.size > options_.max_sequence) {
-      raise(error_code::invalid_argument, "causal_lm: static prompt capacity ", m.size,
-            " exceeds max_sequence ", options_.max_sequence);
-    }
-  }
-
   static std::shared_ptr<const model_weights<W>> checked(
       std::shared_ptr<const model_weights<W>> w) {
     if (!w) raise(error_code::invalid_argument, "causal_lm: no weights");
     return w;
-  }
-
-  [[nodiscard]] bool packs_weights() const noexcept {
-    if constexpr (backend_type::device_memory) {
-      return false;  // the device reads the weights as stored, from its own memory
-    } else {
-      switch (options_.packing) {
-        case weight_packing::on: return true;
-        case weight_packing::off: return false;
-        default: return ops::packing_pays<W>() || options_.batch_invariant;
-      }
-    }
-  }
-  // Quantized projections are packed into panels only by weight_packing::on, repacked into
-  // tiles only by automatic (why: see weight_packing).
-  [[nodiscard]] bool packs_quantized_weights() const noexcept {
-    if constexpr (backend_type::device_memory) {
-      return false;
-    } else {
-      return options_.packing == weight_packing::on;
-    }
-  }
-  [[nodiscard]] bool repacks_quantized_weights() const noexcept {
-    if constexpr (backend_type::device_memory) {
-      return false;
-    } else {
-      return options_.packing == weight_packing::automatic;
-    }
-  }
-  // This pipeline's layer table: the shared weights' views, and its own packed copies of the
-  // projections when it packs (options.packing).
-  void pack_weights() {
-    if (options_.batch_invariant && options_.packing == weight_packing::off) {
-      raise(error_code::invalid_argument,
-            "causal_lm: batch_invariant needs packed dense weights, and packing is off");
-    }
-    layers_ = weights_->layers;
-    lm_head_ = weights_->lm_head;
-    const bool dense = packs_weights(), quantized = packs_quantized_weights();
-    const bool tiles = repacks_quantized_weights();
-    const auto tiled = [](const projection<W>& p) {
-      return p.is_quantized() && ops::has_repacked_layout(p.quantized->format) &&
-             p.quantized->cols % 32 == 0;
-    };
-    // The tiles of all matrices in one arena: the small ones (attention, experts) share huge
-    // pages too.
-    const auto arena = tiles ? std::make_shared<huge_page_arena>() : nullptr;
-    if (tiles) {  // reserved: the projections point into it
-      std::size_t n = tiled(lm_head_) ? 1 : 0;
-      for (const layer_weights<W>& l : layers_)
-        for_each_projection(l, [&](const projection<W>& p) { n += tiled(p) ? 1 : 0; });
-      repacked_.reserve(n);
-      if (tiled(lm_head_)) {
-        lm_head_.repacked = &repacked_.emplace_back(
-            ops::repack(*lm_head_.quantized, pool_policy{options_.pool}, arena));
-      }
-    }
-    if (!dense && !quantized && !tiles) return;
-    std::size_t matrices = 0;
-    for (const layer_weights<W>& l : layers_)
-      for_each_projection(l, [&](const projection<W>&) { ++matrices; });
-    packed_.reserve(matrices + 1);  // + the LM head (batch_invariant); pointers stay valid
-    packed_quantized_.reserve(matrices);
-    if (dense && options_.batch_invariant && !lm_head_.is_quantized())
-      lm_head_.packed = &packed_.emplace_back(lm_head_.w, pool_policy{options_.pool});
-    for (layer_weights<W>& l : layers_) {
-      for_each_projection(l, [&](projection<W>& p) {
-        if (p.is_quantized()) {
-          if (quantized) {
-            p.packed_quantized = &packed_quantized_.emplace_back(
-                ops::pack(*p.quantized, pool_policy{options_.pool}));
-          } else if (tiles && tiled(p)) {
-            p.repacked = &repacked_.emplace_back(
-                ops::repack(*p.quantized, pool_policy{options_.pool}, arena));
-          }
-        } else if (dense) {
-          p.packed = &packed_.emplace_back(p.w, pool_policy{options_.pool});
-        }
-      });
-    }
-  }
-
-  void create_kv() {
-    const kv::kv_shape shape{config_.num_hidden_layers, config_.num_key_value_heads,
-                             config_.head_dim};
-    if constexpr (blocks) {
-      constexpr std::size_t bs = kv_policy::block_size;
-      const std::size_t tokens =
-          options_.kv_capacity != 0 ? options_.kv_capacity : options_.max_sequence;
-      pool_.emplace(shape, bs, (tokens + bs - 1) / bs, kv_alloc());
-      table_.emplace(*pool_);
-    } else if constexpr (pyramid) {
-      // Variants of past i * q up to the largest past that holds max_sequence.
-      constexpr std::size_t q = attention_policy::chunk;
-      plan_.emplace(q, ((options_.max_sequence + q - 1) / q + 1) * q);
-      cache_.emplace(shape, plan_->max_past(), kv_alloc());
-    } else if (const std::size_t w = every_layer_window();
-               w != 0 && ring_type::capacity_for(w, max_step_rows()) < options_.max_sequence) {
-      // Every layer is windowed: keep only what the windows still see (memory flat in the
-      // sequence length; the positions stay absolute).
-      ring_.emplace(shape, w, max_step_rows(), kv_alloc());
-    } else {
-      cache_.emplace(shape, options_.max_sequence, kv_alloc());
-    }
   }
 
   // The largest window when every layer has one, else 0 (some layer sees the whole past).
@@ -662,50 +516,6 @@ class causal_lm {
     }
   }
 
-  // The buffers each function touches, as graph arguments: head (activations, embeddings),
-  // body (activations, the KV storage, one layer's weights), tail (head's, the final norm and
-  // the LM head; each call adds its rows' stage).
-  void bind_arguments() {
-    auto warg = [](const auto& v) { return npu::argument{v.data_handle(), v.size() * sizeof(W)}; };
-    // A matrix: its dense values, or a quantized one's blocks (and scales).
-    auto marg = [&](std::vector<npu::argument>& a, const projection<W>& p) {
-      if (!p.quantized) {
-        a.push_back(warg(p.w));
-        return;
-      }
-      a.push_back({p.quantized->data.data(), p.quantized->data.size()});
-      if (!p.quantized->scales.empty())
-        a.push_back({p.quantized->scales.data(), p.quantized->scales.size()});
-    };
-    const std::vector<npu::argument> activations = act_.arguments();
-    head_args_ = activations;
-    marg(head_args_, weights_->embed);
-    tail_args_ = head_args_;
-    tail_args_.push_back(warg(weights_->final_norm));
-    if (weights_->lm_head.identity() != weights_->embed.identity())
-      marg(tail_args_, weights_->lm_head);
-    npu::argument kv_storage{};
-    if constexpr (blocks) {
-      kv_storage = {pool_->data(), pool_->storage_bytes()};
-    } else {
-      kv_storage = with_cache([](const auto& c) {
-        return npu::argument{c.data(), c.storage_bytes()};
-      });
-    }
-    layer_args_.clear();
-    for (const auto& w : layers_) {
-      std::vector<npu::argument> a = activations;
-      a.push_back(kv_storage);
-      for (const auto* m : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) marg(a, *m);
-      a.push_back(warg(w.input_norm));
-      a.push_back(warg(w.post_norm));
-      for (const auto* b : {&w.q_bias, &w.k_bias, &w.v_bias}) {
-        if (!b->empty()) a.push_back({b->data(), b->size() * sizeof(float)});
-      }
-      layer_args_.push_back(std::move(a));
-    }
-  }
-
   // ---- a step ----------------------------------------------------------------------------
 
   void check_ids(std::span<const std::int32_t> ids) const {
@@ -733,262 +543,6 @@ class causal_lm {
     out.logits = host_output({out.logit_rows.size(), config_.vocab_size});
     out.hidden = host_output({out.hidden_rows.size(), config_.hidden_size});
     return out;
-  }
-
-  template <class Body>
-  void run_step(std::span<const std::int32_t> ids, std::size_t token_offset, slots s,
-                const Body& bodies, step_output& out, std::size_t layers = all_layers) {
-    const std::size_t n = ids.size();
-    check_capacity(n);
-    step_state st{ids, length(), s, std::vector<std::int64_t>(s.rows, 0), nullptr};
-    for (std::size_t t = 0; t < n; ++t)
-      st.positions[s.first + t] = static_cast<std::int64_t>(st.past + t);
-
-    // Reserve the KV positions; undo them if anything below throws.
-    if constexpr (blocks) {
-      table_->append(n);
-    } else {
-      with_cache([&](auto& c) { c.append(n); });
-    }
-    reads_.assign(config_.num_hidden_layers, {});
-    struct rollback {
-      causal_lm* lm;
-      std::size_t past;
-      bool done = false;
-      ~rollback() {
-        if (!done) lm->truncate(past);
-      }
-    } guard{this, st.past};
-
-    std::optional<tensor<float, 2>> full_mask;
-    std::optional<attention::pyramid_step> pstep;
-    if constexpr (pyramid) {
-      // The variant mask, built once for every layer of this step.
-      const std::size_t max_past = plan_->max_past();
-      full_mask.emplace(s.rows, max_past + s.rows);
-      auto m = full_mask->view();
-      for (std::size_t r = 0; r < s.rows; ++r) {
-        const bool real = r >= s.first && r < s.first + n;
-        for (std::size_t j = 0; j < max_past + s.rows; ++j) {
-          const bool visible =
-              real && (j < max_past ? j < st.past : (j - max_past >= s.first && j - max_past <= r));
-          m(r, j) = visible ? 0.0f : -std::numeric_limits<float>::infinity();
-        }
-      }
-      pstep.emplace(*plan_, full_mask->view(), st.past, s.rows);
-      st.pyramid_step = &*pstep;
-    }
-
-    auto clock = std::chrono::steady_clock::now();
-    auto lap = [&](double& bucket) {
-      const auto now = std::chrono::steady_clock::now();
-      bucket += std::chrono::duration<double>(now - clock).count();
-      clock = now;
-    };
-    backend_.execute(head_, st, -1, head_args_);
-    lap(timings_.head);
-    for (std::size_t l = 0; l < std::min(layers, layers_.size()); ++l) {
-      backend_.execute(bodies[layer_kind_[l]], body_closure{l, &st}, static_cast<std::ptrdiff_t>(l),
-                       layer_args_[l]);
-    }
-    lap(timings_.body);
-
-    // The call's selected rows that fall in this step.
-    auto in_step = [&](const std::vector<std::size_t>& rows, std::vector<std::size_t>& local) {
-      const auto first = std::lower_bound(rows.begin(), rows.end(), token_offset);
-      local.clear();
-      for (auto it = first; it != rows.end() && *it < token_offset + n; ++it)
-        local.push_back(*it - token_offset);
-      return static_cast<std::size_t>(first - rows.begin());
-    };
-    std::vector<std::size_t> logit_local, hidden_local;
-    const std::size_t logit_offset = in_step(out.logit_rows, logit_local);
-    const std::size_t hidden_offset = in_step(out.hidden_rows, hidden_local);
-    if (!logit_local.empty() || !hidden_local.empty()) {
-      const tail_closure tc{&st, logit_local, logit_offset, hidden_local, hidden_offset, &out};
-      if constexpr (backend_type::device_memory) {
-        // The device writes the selected rows into its own memory; they are copied out after.
-        const std::size_t need =
-            (logit_local.size() * config_.vocab_size + hidden_local.size() * config_.hidden_size);
-        if (tail_stage_.size() < need) tail_stage_ = backend_.template allocate<float>(need);
-        std::vector<npu::argument> args = tail_args_;
-        args.push_back({tail_stage_.data(), need * sizeof(float)});
-        backend_.execute(tail_, tc, -1, args);
-        const float* stage = tail_stage_.data();
-        const std::size_t nl = logit_local.size() * config_.vocab_size;
-        if (nl != 0) std::copy_n(stage, nl, &out.logits.view()(logit_offset, 0));
-        if (!hidden_local.empty()) {
-          std::copy_n(stage + nl, hidden_local.size() * config_.hidden_size,
-                      &out.hidden.view()(hidden_offset, 0));
-        }
-      } else {
-        backend_.execute(tail_, tc);
-      }
-    }
-    backend_.wait();
-    lap(timings_.tail);
-    guard.done = true;
-    if constexpr (blocks) {
-      if (layers >= layers_.size()) release_out_of_window(*table_);
-    }
-  }
-
-  void run_head(const step_state& st) {
-    auto x = rows(act_.x.view(), 0, st.s.rows);
-    std::fill_n(x.data_handle(), x.size(), 0.0f);
-    const auto real = rows(act_.x.view(), st.s.first, st.s.first + st.ids.size());
-    gather_rows(st.ids, weights_->embed, real);  // a quantized embedding: rows dequantized
-    if (config_.embedding_scale != 1.0) {        // Gemma 2: embeddings times sqrt(hidden)
-      const float scale = static_cast<float>(config_.embedding_scale);
-      for (std::size_t i = 0; i < real.size(); ++i) real.data_handle()[i] *= scale;
-    }
-  }
-
-  // The mask of a layer's step whose first query is at position `past`: causal, within the
-  // layer's window when it has one. Full attention is the window no key can fall out of (the
-  // same classification and the same visible keys as attention::causal, one flash
-  // instantiation for both kinds of layer).
-  attention::sliding_window layer_mask(std::size_t layer, std::size_t past) const noexcept {
-    const std::size_t w = config_.window(layer);
-    return attention::sliding_window{w != 0 ? w : kv_capacity_positions() + 1, past};
-  }
-  std::size_t kv_capacity_positions() const noexcept {
-    return std::max(options_.max_sequence, options_.prefill.size) + options_.decode_rows;
-  }
-
-  // Tokens [0, past) of one layer as tiles of the cache: what a step attends to before its own.
-  std::vector<kv_tile_type> past_tiles(std::size_t layer, std::size_t past,
-                                       const table_type* seq = nullptr) const {
-    std::vector<kv_tile_type> tiles;
-    if (past == 0) return tiles;
-    if constexpr (blocks) {
-      const auto& table = seq ? *seq : *table_;
-      for (std::size_t i = 0; i < table.tile_count(past); ++i)  // live blocks only
-        tiles.push_back(table.tile(layer, i, past));
-    } else if (ring_) {
-      const auto ring = ring_->range_tiles(layer, ring_->first_position(), past);
-      tiles.assign(ring.span().begin(), ring.span().end());
-    } else {
-      tiles.push_back(cache_->range_tile(layer, 0, past));
-    }
-    return tiles;
-  }
-
-  // A step's K/V rows [first, first + n) of (kv_heads, rows, head_dim) join `source` (a block
-  // table or the cache) at positions past.. in one layer.
-  template <class Source>
-  static void write_kv(Source& source, std::size_t layer, std::size_t past,
-                       dense_view<const float, 3> kh, dense_view<const float, 3> vh,
-                       std::size_t first, std::size_t n) {
-    // (decoder_layer rounded kh / vh to KvT already: quantizing them again stores the same
-    // values, test_kv_quant's RoundTripStoresTheSameValues.)
-    const std::size_t D = kh.extent(2);
-    for (std::size_t t = 0; t < n; ++t) {
-      auto ks = source.token_kv(past + t, layer, kv::k_part);  // (kv_heads, units)
-      auto vs = source.token_kv(past + t, layer, kv::v_part);
-      for (std::size_t hh = 0; hh < kh.extent(0); ++hh) {
-        kv::quantize_row(&kh(hh, first + t, 0), D, &ks(hh, 0));
-        kv::quantize_row(&vh(hh, first + t, 0), D, &vs(hh, 0));
-      }
-    }
-  }
-
-  // One layer of a step: decoder_layer with this pipeline's attention. A segment attends to
-  // its own sequence's past (none for an independent sequence; the pyramid variant; the
-  // padded static prompt; or the KV as it is) with its own K/V as the final tile, which then
-  // join that sequence's KV.
-  void run_layer(const body_closure& c) {
-    const step_state& st = *c.step;
-    const std::size_t S = st.s.rows, n = st.ids.size();
-    const pool_policy policy{options_.pool};
-    const std::vector<segment> whole{{0, S}};
-    const std::vector<segment>& segments = st.packed.empty() ? whole : st.packed;
-    auto attend = [&](const segment& g, const attention::attention_io& step_io,
-                      dense_view<float, 3> kh, dense_view<float, 3> vh) {
-      attention::attention_io io = step_io;
-      if (c.layer < reads_.size()) io.stats = &reads_[c.layer];
-      if (!st.packed.empty()) {
-        if (g.table == nullptr) {  // an independent sequence: its own K/V only, causal
-          const kv::kv_tile<float> present{kh, vh, 0};
-          attention::flash_attention<tiles>(io, std::span<const kv_tile_type>(), &present,
-                                            layer_mask(c.layer, 0), policy);
-          return;
-        }
-        if constexpr (blocks) {  // one of several sequences: its own blocks, then its K/V join them
-          const kv::kv_tile<float> present{kh, vh, g.past};
-          const auto past = past_tiles(c.layer, g.past, g.table);
-          attention::flash_attention<tiles>(io, std::span<const kv_tile_type>(past), &present,
-                                            layer_mask(c.layer, g.past), policy);
-          write_kv(*g.table, c.layer, g.past, kh, vh, 0, g.rows);
-        }
-        return;
-      }
-      const kv::kv_tile<float> present{kh, vh, st.past};
-      const auto past = past_tiles(c.layer, st.past);
-      if constexpr (pyramid) {
-        const kv_tile_type ptile = attention::pyramid_past(*cache_, c.layer, *st.pyramid_step);
-        attention::pyramid_attention<tiles>(io, std::span<const kv_tile_type>(&ptile, 1), present,
-                                            *st.pyramid_step, policy);
-      } else if (st.s.first > 0) {  // static prefill (empty past): left padding is masked
-        attention::flash_attention<tiles>(
-            io, std::span<const kv_tile_type>(past), &present,
-            attention::all_of<attention::sliding_window, attention::padding>{
-                layer_mask(c.layer, st.past), attention::padding::left(st.s.first, S)},
-            policy);
-      } else {
-        attention::flash_attention<tiles>(io, std::span<const kv_tile_type>(past), &present,
-                                          layer_mask(c.layer, st.past), policy);
-      }
-      // The step's real K/V join the cache.
-      if constexpr (blocks) {
-        write_kv(*table_, c.layer, st.past, kh, vh, st.s.first, n);
-      } else {
-        with_cache([&](auto& cache) { write_kv(cache, c.layer, st.past, kh, vh, st.s.first, n); });
-      }
-    };
-    decoder_layer<KvT>(layers_[c.layer], act_, config_, rope_, st.positions, S,
-                       std::span<const segment>(segments), policy, attend);
-  }
-
-  // Writes the selected rows into the call's output, or (device_memory backends) into the
-  // stage: logit rows (vocab each) then hidden rows (hidden_size each).
-  void run_tail(const tail_closure& t) {
-    const auto& cfg = config_;
-    const step_state& st = *t.step;
-    const std::size_t nl = t.logit_rows.size(), nh = t.hidden_rows.size();
-    dense_view<float, 2> logits, hidden;
-    if constexpr (backend_type::device_memory) {
-      logits = dense_view<float, 2>(tail_stage_.data(), nl, cfg.vocab_size);
-      hidden = dense_view<float, 2>(tail_stage_.data() + nl * cfg.vocab_size, nh, cfg.hidden_size);
-    } else {
-      logits = rows(t.out->logits.view(), t.logit_offset, t.logit_offset + nl);
-      if (nh != 0) hidden = rows(t.out->hidden.view(), t.hidden_offset, t.hidden_offset + nh);
-    }
-    // Pre-norm hidden rows, copied out as they are.
-    for (std::size_t i = 0; i < nh; ++i) {
-      std::copy_n(&act_.x.view()(st.s.first + t.hidden_rows[i], 0), cfg.hidden_size, &hidden(i, 0));
-    }
-    if (nl == 0) return;
-    std::vector<std::size_t> step_rows(nl);
-    for (std::size_t i = 0; i < nl; ++i) step_rows[i] = st.s.first + t.logit_rows[i];
-    run_lm_head(step_rows, logits);
-  }
-
-  // The selected step rows of x gathered, final-normed and through the LM head into out.
-  void run_lm_head(const std::vector<std::size_t>& step_rows, dense_view<float, 2> out) {
-    const auto& cfg = config_;
-    const std::size_t m = step_rows.size();
-    if (m == 0) return;
-    auto sel = rows(act_.h.view(), 0, m);
-    for (std::size_t i = 0; i < m; ++i)
-      std::copy_n(&act_.x.view()(step_rows[i], 0), cfg.hidden_size, &sel(i, 0));
-    ops::rms_norm<W>(sel, weights_->final_norm, static_cast<float>(cfg.rms_norm_eps), sel,
-                     cfg.norm_unit_offset ? 1.0f : 0.0f);
-    project(sel, lm_head_, out, {}, pool_policy{options_.pool});  // W's, quantized or tiles
-    if (cfg.final_logit_softcapping > 0) {  // Gemma 2: logits = c tanh(logits / c)
-      ops::softcap(std::span<float>(out.data_handle(), out.size()),
-                   static_cast<float>(cfg.final_logit_softcapping));
-    }
   }
 
   std::shared_ptr<const model_weights<W>> host_weights_;  // as given (shared)
