@@ -1,0 +1,218 @@
+// key_automaton: the keys of an object sorted by which of a few string languages they belong
+// to, for patternProperties, propertyNames and additionalProperties (schema_object.hpp).
+//
+// Each language is a byte automaton (automaton.hpp) over a whole JSON string ("..."), made
+// from a string schema ({"pattern": P} for a patternProperties entry, the propertyNames
+// schema). Keys range over plain JSON strings (no escapes, no control characters: every key
+// then has one spelling, so "matches no pattern" is exact) that are none of a set of names
+// (the named properties, which the object grammar writes itself). The product of the automata
+// and a trie of the names is walked breadth first over the symbols a key can hold (each plain
+// ASCII character, each non-ASCII code point that starts a name's next step, every other
+// non-ASCII code point as one symbol: each automaton must treat those alike, or the keys are
+// refused); at the closing quote a key's signature is the set of languages that accept it.
+// For each signature, a rule family of the product states that can still end with it: the
+// keys with exactly that signature. Refused (unsupported, keyword named by the caller) past
+// max_states product states or 16 languages.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "npullm/core/error.hpp"
+#include "npullm/grammar/automaton.hpp"
+#include "npullm/grammar/grammar.hpp"
+#include "npullm/grammar/schema_common.hpp"
+
+namespace npullm::grammar::detail {
+
+// For each signature (bit i: language i accepts the key) that some plain key outside `names`
+// has, with every bit of `required` set, the expression of those keys (quotes included).
+inline std::vector<std::pair<std::uint32_t, expr>> key_signatures(
+    std::vector<byte_automaton*> langs, const std::set<std::string>& names, std::uint32_t required,
+    grammar_builder& b, const std::string& path, std::string_view keyword,
+    std::size_t max_states = 4096) {
+  if (langs.size() > 16) refuse(path, keyword, "more than 16 key patterns");
+  // The names' trie over code points.
+  struct node {
+    std::map<char32_t, std::uint32_t> next;
+    bool terminal = false;
+  };
+  std::vector<node> trie(1);
+  for (const auto& n : names) {
+    std::uint32_t at = 0;
+    bool plain = true;
+    for (std::size_t k = 0; k < n.size();) {
+      char32_t cp = 0;
+      if (!next_code_point(n, k, cp) || cp < 0x20 || cp == '"' || cp == '\\') {
+        plain = false;  // never a plain key: nothing to exclude
+        break;
+      }
+      auto f = trie[at].next.find(cp);
+      if (f == trie[at].next.end()) {
+        trie.push_back({});
+        f = trie[at].next.emplace(cp, static_cast<std::uint32_t>(trie.size() - 1)).first;
+      }
+      at = f->second;
+    }
+    if (plain) trie[at].terminal = true;
+  }
+  constexpr std::uint32_t off_trie = 0xFFFFFFFFu;
+  using state = std::vector<std::uint32_t>;  // automata states, then the trie node
+  std::map<state, std::uint32_t> ids;
+  std::vector<state> states;
+  struct edge {
+    char32_t lo, hi;
+    std::uint32_t to;
+  };
+  std::vector<std::vector<edge>> edges;
+  std::vector<std::int64_t> end_sig;  // -1: no key ends here
+  const auto utf8 = [](char32_t cp) {
+    std::string s;
+    if (cp < 0x800) {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+    } else if (cp < 0x10000) {
+      s += static_cast<char>(0xE0 | (cp >> 12));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (cp >> 18));
+      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    }
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+    return s;
+  };
+  const auto intern = [&](state s) {
+    const auto it = ids.find(s);
+    if (it != ids.end()) return it->second;
+    if (states.size() >= max_states)
+      refuse(path, keyword,
+             "keys whose automaton has more than " + std::to_string(max_states) + " states");
+    const auto id = static_cast<std::uint32_t>(states.size());
+    ids.emplace(s, id);
+    states.push_back(std::move(s));
+    edges.emplace_back();
+    end_sig.push_back(-1);
+    return id;
+  };
+  const std::size_t k = langs.size();
+  // A state is kept only while every required language is alive.
+  const auto alive = [&](const state& s) {
+    for (std::size_t i = 0; i < k; ++i)
+      if ((required >> i & 1) && s[i] == byte_automaton::dead) return false;
+    return true;
+  };
+  state first(k + 1);
+  for (std::size_t i = 0; i < k; ++i) first[i] = langs[i]->next(langs[i]->start(), '"');
+  first[k] = 0;
+  if (!alive(first)) return {};
+  intern(first);
+  for (std::uint32_t at = 0; at < states.size(); ++at) {
+    const state cur = states[at];
+    for (std::size_t i = 0; i < k; ++i)
+      if (cur[i] != byte_automaton::dead && !langs[i]->uniform_non_ascii(cur[i]))
+        refuse(path, keyword, "a key pattern that tells non-ASCII characters apart");
+    const std::uint32_t tn = cur[k];
+    // The closing quote.
+    if (tn == off_trie || !trie[tn].terminal) {
+      std::uint32_t sig = 0;
+      for (std::size_t i = 0; i < k; ++i)
+        if (langs[i]->can_end(langs[i]->next(cur[i], '"'))) sig |= 1u << i;
+      if ((sig & required) == required) end_sig[at] = sig;
+    }
+    const auto step = [&](std::string_view bytes, char32_t cp) -> std::int64_t {
+      state nx(k + 1);
+      for (std::size_t i = 0; i < k; ++i) nx[i] = langs[i]->next(cur[i], bytes);
+      if (tn == off_trie) {
+        nx[k] = off_trie;
+      } else {
+        const auto f = trie[tn].next.find(cp);
+        nx[k] = f == trie[tn].next.end() ? off_trie : f->second;
+      }
+      if (!alive(nx)) return -1;
+      return intern(std::move(nx));
+    };
+    // Plain ASCII characters, grouped into runs with one destination.
+    std::vector<edge> out;
+    for (char32_t c = 0x20; c < 0x80; ++c) {
+      if (c == '"' || c == '\\') continue;
+      const char ch = static_cast<char>(c);
+      const std::int64_t to = step(std::string_view(&ch, 1), c);
+      if (to < 0) continue;
+      if (!out.empty() && out.back().hi + 1 == c && out.back().to == to)
+        out.back().hi = c;
+      else
+        out.push_back({c, c, static_cast<std::uint32_t>(to)});
+    }
+    // Non-ASCII: the names' next code points each, then all the others as one.
+    std::vector<char32_t> special;
+    if (tn != off_trie)
+      for (const auto& [cp, child] : trie[tn].next)
+        if (cp >= 0x80) special.push_back(cp);
+    for (const char32_t cp : special) {
+      const std::int64_t to = step(utf8(cp), cp);
+      if (to >= 0) out.push_back({cp, cp, static_cast<std::uint32_t>(to)});
+    }
+    {
+      // A code point no name continues with (one exists: the specials are few).
+      char32_t other = 0x80;
+      while (std::find(special.begin(), special.end(), other) != special.end()) ++other;
+      const std::int64_t to = step(utf8(other), 0x110000);
+      if (to >= 0) {
+        char32_t lo = 0x80;
+        for (const char32_t cp : special) {
+          if (cp > lo) out.push_back({lo, cp - 1, static_cast<std::uint32_t>(to)});
+          lo = cp + 1;
+        }
+        if (lo <= max_code_point)
+          out.push_back({lo, max_code_point, static_cast<std::uint32_t>(to)});
+      }
+    }
+    edges[at] = std::move(out);
+  }
+  // Per signature: the states that can still end with it, each a rule.
+  std::set<std::uint32_t> sigs;
+  for (const auto s : end_sig)
+    if (s >= 0) sigs.insert(static_cast<std::uint32_t>(s));
+  std::vector<std::vector<std::uint32_t>> back(states.size());
+  for (std::uint32_t a = 0; a < states.size(); ++a)
+    for (const auto& e : edges[a]) back[e.to].push_back(a);
+  std::vector<std::pair<std::uint32_t, expr>> result;
+  for (const std::uint32_t sig : sigs) {
+    std::vector<char> live(states.size(), 0);
+    std::vector<std::uint32_t> todo;
+    for (std::uint32_t a = 0; a < states.size(); ++a)
+      if (end_sig[a] == sig) live[a] = 1, todo.push_back(a);
+    while (!todo.empty()) {
+      const std::uint32_t a = todo.back();
+      todo.pop_back();
+      for (const std::uint32_t p : back[a])
+        if (!live[p]) live[p] = 1, todo.push_back(p);
+    }
+    if (!live[0]) continue;
+    std::vector<std::uint32_t> rule(states.size(), 0);
+    for (std::uint32_t a = 0; a < states.size(); ++a)
+      if (live[a]) rule[a] = b.fresh("key");
+    for (std::uint32_t a = 0; a < states.size(); ++a) {
+      if (!live[a]) continue;
+      std::vector<expr> alts;
+      if (end_sig[a] == sig) alts.push_back(lit("\""));
+      std::map<std::uint32_t, std::vector<std::pair<char32_t, char32_t>>> by_dest;
+      for (const auto& e : edges[a])
+        if (live[e.to]) by_dest[e.to].emplace_back(e.lo, e.hi);
+      for (auto& [to, ranges] : by_dest)
+        alts.push_back(expr::sequence({chars(std::move(ranges)), expr::call(rule[to])}));
+      b.define(rule[a], alts.size() == 1 ? alts[0] : expr::choice(std::move(alts)));
+    }
+    result.emplace_back(sig, expr::sequence({lit("\""), expr::call(rule[0])}));
+  }
+  return result;
+}
+
+}  // namespace npullm::grammar::detail
