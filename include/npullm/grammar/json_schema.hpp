@@ -64,6 +64,7 @@
 #include "npullm/core/error.hpp"
 #include "npullm/grammar/automaton.hpp"
 #include "npullm/grammar/grammar.hpp"
+#include "npullm/grammar/key_automaton.hpp"
 #include "npullm/grammar/number_range.hpp"
 #include "npullm/grammar/regex.hpp"
 #include "npullm/grammar/schema_common.hpp"
@@ -363,15 +364,29 @@ class schema_compiler : public schema_structures {
     // A format JSON Schema does not define is an annotation: as if absent.
     const bool has_format = s.contains("format") && (!s["format"].is_string() ||
                                                      known_format(s["format"].get<std::string>()));
+    if ((s.contains("pattern") || has_format) && lengths) {
+      // A pattern's or a format's language counted by characters (key_automaton.hpp).
+      const char* kw = s.contains("pattern") ? "pattern" : "format";
+      if (s.contains("pattern") && has_format) refuse(path, "pattern", "together with format");
+      if (!s[kw].is_string()) invalid(path, std::string("'") + kw + "' must be a string");
+      const std::uint32_t lo = min_len.value_or(0);
+      const std::uint32_t hi = max_len ? *max_len : expr::unbounded;
+      if (hi != expr::unbounded && hi < lo) return never();
+      json only = json::object();
+      only["type"] = "string";
+      only[kw] = s[kw];
+      const auto lang = key_language(only, path);
+      if (!lang) return never();
+      auto e = string_with_length(*lang, lo, hi, b_, path, kw);
+      return e ? std::move(*e) : never();
+    }
     if (s.contains("pattern")) {
-      if (lengths) refuse(path, "pattern", "together with minLength / maxLength");
       if (has_format) refuse(path, "pattern", "together with format");
       if (!s["pattern"].is_string()) invalid(path, "'pattern' must be a string");
       return expr::sequence({lit("\""), pattern(s["pattern"].get<std::string>(), path), lit("\"")});
     }
     if (has_format) {
       if (!s["format"].is_string()) invalid(path, "'format' must be a string");
-      if (lengths) refuse(path, "format", "together with minLength / maxLength");
       return expr::sequence({lit("\""), format(s["format"].get<std::string>(), path), lit("\"")});
     }
     if (!lengths) return any_string();

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -213,6 +214,112 @@ inline std::vector<std::pair<std::uint32_t, expr>> key_signatures(
     result.emplace_back(sig, expr::sequence({lit("\""), expr::call(rule[0])}));
   }
   return result;
+}
+
+// The strings of a string language (a byte automaton over "...", such as a pattern's or a
+// format's) that hold min_len to max_len characters (max_len unbounded: expr::unbounded):
+// the product of the automaton and a count of characters, walked over the characters a JSON
+// string may hold (plain ASCII, the short escapes, \u00XX for control characters, every
+// non-ASCII code point as one symbol: the automaton must treat those alike). Counts past
+// min_len are capped when there is no maximum. nullopt when no string fits; refused past
+// max_states product states.
+inline std::optional<expr> string_with_length(byte_automaton& lang, std::uint32_t min_len,
+                                              std::uint32_t max_len, grammar_builder& b,
+                                              const std::string& path, std::string_view keyword,
+                                              std::size_t max_states = 20000) {
+  const bool bounded = max_len != expr::unbounded;
+  const std::uint32_t cap = bounded ? max_len : min_len;
+  // Symbols: the text of one character as JSON writes it.
+  std::vector<std::string> symbols;
+  for (int c = 0x20; c < 0x80; ++c)
+    if (c != '"' && c != '\\') symbols.emplace_back(1, static_cast<char>(c));
+  for (const char* e : {"\\\"", "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t"})
+    symbols.emplace_back(e);
+  static constexpr char hexd[] = "0123456789abcdefABCDEF";
+  for (int hi = 0; hi < 2; ++hi)
+    for (int lo = 0; lo < 22; ++lo) symbols.push_back(std::string("\\u00") + hexd[hi] + hexd[lo]);
+  const std::string non_ascii = "\xC2\x80";
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> ids;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> states;
+  struct edge {
+    std::size_t symbol;  // symbols.size(): every non-ASCII code point
+    std::uint32_t to;
+  };
+  std::vector<std::vector<edge>> edges;
+  std::vector<char> ends;
+  const auto intern = [&](std::uint32_t s, std::uint32_t c) {
+    const auto key = std::make_pair(s, c);
+    const auto it = ids.find(key);
+    if (it != ids.end()) return it->second;
+    if (states.size() >= max_states)
+      refuse(path, keyword,
+             "with minLength / maxLength, more than " + std::to_string(max_states) + " states");
+    const auto id = static_cast<std::uint32_t>(states.size());
+    ids.emplace(key, id);
+    states.push_back(key);
+    edges.emplace_back();
+    ends.push_back(0);
+    return id;
+  };
+  const auto s0 = lang.next(lang.start(), '"');
+  if (s0 == byte_automaton::dead) return std::nullopt;
+  intern(s0, 0);
+  for (std::uint32_t at = 0; at < states.size(); ++at) {
+    const auto [s, c] = states[at];
+    ends[at] = c >= min_len && lang.can_end(lang.next(s, '"'));
+    if (bounded && c >= max_len) continue;
+    const std::uint32_t nc = bounded ? c + 1 : std::min(c + 1, cap);
+    std::vector<edge> out;
+    for (std::size_t k = 0; k < symbols.size(); ++k) {
+      const auto t = lang.next(s, symbols[k]);
+      if (t != byte_automaton::dead) out.push_back({k, intern(t, nc)});
+    }
+    const auto t = lang.next(s, non_ascii);
+    if (t != byte_automaton::dead) {
+      if (!lang.uniform_non_ascii(s))
+        refuse(path, keyword, "with minLength / maxLength, a class that tells non-ASCII apart");
+      out.push_back({symbols.size(), intern(t, nc)});
+    }
+    edges[at] = std::move(out);
+  }
+  std::vector<std::vector<std::uint32_t>> back(states.size());
+  for (std::uint32_t a = 0; a < states.size(); ++a)
+    for (const auto& e : edges[a]) back[e.to].push_back(a);
+  std::vector<char> live(states.size(), 0);
+  std::vector<std::uint32_t> todo;
+  for (std::uint32_t a = 0; a < states.size(); ++a)
+    if (ends[a]) live[a] = 1, todo.push_back(a);
+  while (!todo.empty()) {
+    const std::uint32_t a = todo.back();
+    todo.pop_back();
+    for (const std::uint32_t p : back[a])
+      if (!live[p]) live[p] = 1, todo.push_back(p);
+  }
+  if (!live[0]) return std::nullopt;
+  std::vector<std::uint32_t> rule(states.size(), 0);
+  for (std::uint32_t a = 0; a < states.size(); ++a)
+    if (live[a]) rule[a] = b.fresh("str");
+  for (std::uint32_t a = 0; a < states.size(); ++a) {
+    if (!live[a]) continue;
+    std::vector<expr> alts;
+    if (ends[a]) alts.push_back(lit("\""));
+    std::map<std::uint32_t, std::vector<std::pair<char32_t, char32_t>>> plain;
+    for (const auto& e : edges[a]) {
+      if (!live[e.to]) continue;
+      if (e.symbol == symbols.size()) {
+        plain[e.to].emplace_back(0x80, max_code_point);
+      } else if (symbols[e.symbol].size() == 1) {
+        const auto ch = static_cast<char32_t>(symbols[e.symbol][0]);
+        plain[e.to].emplace_back(ch, ch);
+      } else {
+        alts.push_back(expr::sequence({lit(symbols[e.symbol]), expr::call(rule[e.to])}));
+      }
+    }
+    for (auto& [to, ranges] : plain)
+      alts.push_back(expr::sequence({chars(std::move(ranges)), expr::call(rule[to])}));
+    b.define(rule[a], alts.size() == 1 ? alts[0] : expr::choice(std::move(alts)));
+  }
+  return expr::sequence({lit("\""), expr::call(rule[0])});
 }
 
 }  // namespace npullm::grammar::detail
