@@ -1,7 +1,7 @@
 // jinja_ops: Python's semantics of text/jinja.hpp's values, as the interpreter applies them:
-// truthiness, ==, ordering, `in`, iteration, slices, the errors Jinja raises (UndefinedError's
-// and TypeError's words), and str's strip / split / replace / title / capitalize on UTF-8 text
-// by code points. Case changes touch ASCII letters only; whitespace is Python's str.isspace().
+// truthiness, ==, ordering, `in`, iteration, slices, len(), the errors Jinja raises
+// (UndefinedError's and TypeError's words), and the UTF-8 helpers str's operations use
+// (text/jinja_strings.hpp). Whitespace is Python's str.isspace().
 #pragma once
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
+#include "npullm/text/jinja_print.hpp"
 #include "npullm/text/jinja_value.hpp"
 
 namespace npullm::text::jinja {
@@ -324,183 +325,6 @@ struct python_ops {
       }
       default: fail(line, "argument of type '", std::string(type_name(hay)), "' is not iterable");
     }
-  }
-
-  static bool strip_char(std::uint32_t c, const std::vector<std::uint32_t>* chars) {
-    if (chars == nullptr) return detail_eval::is_py_space(c);
-    return std::find(chars->begin(), chars->end(), c) != chars->end();
-  }
-
-  // s.strip / lstrip / rstrip(chars) on code points.
-  static value strip(const value& s, const value* chars, bool left, bool right, int line) {
-    std::vector<std::uint32_t> set;
-    const std::vector<std::uint32_t>* cs = nullptr;
-    if (chars && !chars->is(value_kind::none)) {
-      if (!chars->is(value_kind::string))
-        fail(line, "strip arg must be None or str, not ", std::string(type_name(*chars)));
-      for (std::size_t k = 0, len = 1; k < chars->s.size(); k += len)
-        set.push_back(detail_eval::decode(chars->s, k, len));
-      cs = &set;
-    }
-    std::string_view t = s.s;
-    std::size_t b = 0, e = t.size();
-    if (left) {
-      while (b < e) {
-        std::size_t len = 1;
-        const std::uint32_t c = detail_eval::decode(t, b, len);
-        if (!strip_char(c, cs)) break;
-        b += len;
-      }
-    }
-    if (right) {
-      while (e > b) {
-        std::size_t k = e - 1;
-        while (k > b && (static_cast<unsigned char>(t[k]) & 0xc0) == 0x80) --k;
-        std::size_t len = 1;
-        const std::uint32_t c = detail_eval::decode(t, k, len);
-        if (!strip_char(c, cs)) break;
-        e = k;
-      }
-    }
-    return substring(s, b, e - b);
-  }
-
-  // max_parts: more parts than this are refused (capacity_exhausted) as they are found, before
-  // a list of them is made.
-  static std::vector<value> split(const value& s, const value* sep, std::int64_t maxsplit,
-                                  bool from_right, int line, std::size_t max_parts = SIZE_MAX) {
-    std::vector<value> parts;
-    const std::string_view t = s.s;
-    const auto count = [&](std::size_t n) {
-      if (n > max_parts) {
-        fail_limit(line, "split into more than ", std::to_string(max_parts),
-                   " parts (render_limits::max_items)");
-      }
-    };
-    if (sep == nullptr || sep->is(value_kind::none)) {
-      // Runs of whitespace; no empty parts.
-      std::vector<std::pair<std::size_t, std::size_t>> words;  // [begin, end)
-      std::size_t k = 0;
-      while (k < t.size()) {
-        std::size_t len = 1;
-        if (detail_eval::is_py_space(detail_eval::decode(t, k, len))) {
-          k += len;
-          continue;
-        }
-        const std::size_t b = k;
-        while (k < t.size() && !detail_eval::is_py_space(detail_eval::decode(t, k, len))) k += len;
-        words.emplace_back(b, k);
-        count(words.size());
-      }
-      if (maxsplit >= 0 && static_cast<std::size_t>(maxsplit) + 1 < words.size()) {
-        const auto m = static_cast<std::size_t>(maxsplit);
-        if (!from_right) {
-          std::size_t e = t.size();
-          // The rest after the m-th split, trailing whitespace stripped as Python does.
-          while (e > words[m].first &&
-                 detail_eval::is_py_space(static_cast<unsigned char>(t[e - 1])))
-            --e;
-          words[m].second = e;
-          words.resize(m + 1);
-        } else {
-          const std::size_t keep = words.size() - m - 1;
-          words[keep].first = words.front().first;
-          words.erase(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(keep));
-        }
-      }
-      for (const auto& [b, e] : words) parts.push_back(substring(s, b, e - b));
-      return parts;
-    }
-    if (!sep->is(value_kind::string))
-      fail(line, "must be str or None, not ", std::string(type_name(*sep)));
-    const std::string_view d = sep->s;
-    if (d.empty()) fail(line, "empty separator");
-    std::vector<std::size_t> cuts;  // positions of separators used
-    if (!from_right) {
-      for (std::size_t at = t.find(d); at != std::string_view::npos;
-           at = t.find(d, at + d.size())) {
-        if (maxsplit >= 0 && cuts.size() == static_cast<std::size_t>(maxsplit)) break;
-        cuts.push_back(at);
-        count(cuts.size() + 1);
-      }
-    } else {
-      std::size_t end = t.size();
-      while (end >= d.size()) {
-        if (maxsplit >= 0 && cuts.size() == static_cast<std::size_t>(maxsplit)) break;
-        const std::size_t at = t.rfind(d, end - d.size());
-        if (at == std::string_view::npos) break;
-        cuts.push_back(at);  // from the right: reversed below (not inserted at the front)
-        count(cuts.size() + 1);
-        end = at;
-      }
-      std::reverse(cuts.begin(), cuts.end());
-    }
-    std::size_t b = 0;
-    for (const std::size_t at : cuts) {
-      parts.push_back(substring(s, b, at - b));
-      b = at + d.size();
-    }
-    parts.push_back(substring(s, b, t.size() - b));
-    return parts;
-  }
-
-  // size: the result's size when the caller computed it (checked against its limit first),
-  // reserved at once.
-  static std::string replace_all(std::string_view t, std::string_view from, std::string_view to,
-                                 std::int64_t count, std::size_t size = 0) {
-    std::string out;
-    out.reserve(size);
-    if (from.empty()) {
-      // Python inserts `to` around every character.
-      std::int64_t done = 0;
-      std::size_t k = 0;
-      while (k <= t.size()) {
-        if (count < 0 || done < count) {
-          out.append(to);
-          ++done;
-        }
-        if (k == t.size()) break;
-        std::size_t len = 1;
-        detail_eval::decode(t, k, len);
-        out.append(t.substr(k, len));
-        k += len;
-      }
-      return out;
-    }
-    std::size_t b = 0;
-    std::int64_t done = 0;
-    for (std::size_t at = t.find(from); at != std::string_view::npos && (count < 0 || done < count);
-         at = t.find(from, b)) {
-      out.append(t.substr(b, at - b));
-      out.append(to);
-      b = at + from.size();
-      ++done;
-    }
-    out.append(t.substr(b));
-    return out;
-  }
-
-  static std::string py_title(std::string_view t) {
-    std::string out(t);
-    bool prev_cased = false;
-    for (char& c : out) {
-      if (ascii_alpha_or_cased(c)) {
-        c = prev_cased ? detail_eval::ascii_lower(c) : detail_eval::ascii_upper(c);
-        prev_cased = true;
-      } else {
-        prev_cased = false;
-      }
-    }
-    return out;
-  }
-
-  static bool ascii_alpha_or_cased(char c) { return detail_eval::ascii_alpha(c); }
-
-  static std::string py_capitalize(std::string_view t) {
-    std::string out(t);
-    for (std::size_t k = 0; k < out.size(); ++k)
-      out[k] = k == 0 ? detail_eval::ascii_upper(out[k]) : detail_eval::ascii_lower(out[k]);
-    return out;
   }
 
   static std::size_t length(const value& v, int line) {
