@@ -285,15 +285,14 @@ class schema_compiler : public schema_structures {
   expr number(const json& s, const std::string& path) {
     if (s.contains("multipleOf")) refuse(path, "multipleOf");
     struct bound {
-      std::int64_t v;
+      double v;
       bool exclusive;
     };
     std::optional<bound> lo, hi;
-    const auto whole = [&](const char* k) -> std::int64_t {
+    const auto read = [&](const char* k) -> double {
       const double d = s[k].get<double>();
-      if (std::floor(d) != d || std::fabs(d) > 1e15)
-        refuse(path, k, "a bound on non-integer numbers that is not a whole number");
-      return static_cast<std::int64_t>(d);
+      if (!(std::fabs(d) <= 1e15)) refuse(path, k, "a bound past 1e15 on non-integer numbers");
+      return d;
     };
     const auto tighter_lo = [&](bound b) {
       if (!lo || b.v > lo->v || (b.v == lo->v && b.exclusive)) lo = b;
@@ -303,24 +302,26 @@ class schema_compiler : public schema_structures {
     };
     const bool d4_xmin = s.contains("exclusiveMinimum") && s["exclusiveMinimum"] == true;
     const bool d4_xmax = s.contains("exclusiveMaximum") && s["exclusiveMaximum"] == true;
-    if (num(s, "minimum", path)) tighter_lo({whole("minimum"), d4_xmin});
-    if (num(s, "maximum", path)) tighter_hi({whole("maximum"), d4_xmax});
-    if (num(s, "exclusiveMinimum", path)) tighter_lo({whole("exclusiveMinimum"), true});
-    if (num(s, "exclusiveMaximum", path)) tighter_hi({whole("exclusiveMaximum"), true});
+    if (num(s, "minimum", path)) tighter_lo({read("minimum"), d4_xmin});
+    if (num(s, "maximum", path)) tighter_hi({read("maximum"), d4_xmax});
+    if (num(s, "exclusiveMinimum", path)) tighter_lo({read("exclusiveMinimum"), true});
+    if (num(s, "exclusiveMaximum", path)) tighter_hi({read("exclusiveMaximum"), true});
     if (!lo && !hi) return number_text();
+    // Bounded: decimal texts without an exponent (number_range.hpp), each part a magnitude.
+    const auto mag = [](const bound& x) { return *decimal_of(x.v, x.exclusive); };
     std::vector<expr> out;
     // x >= 0 part: magnitudes in [max(lo, 0), hi].
     if (!hi || hi->v >= 0) {
-      const bound mlo = lo && lo->v >= 0 ? *lo : bound{0, false};
-      if (auto e = magnitude(mlo, hi ? std::optional<bound>(*hi) : std::nullopt))
+      const decimal_bound mlo = lo && lo->v >= 0 ? mag(*lo) : decimal_bound{};
+      if (auto e = decimal_magnitude(mlo, hi ? std::optional(mag(*hi)) : std::nullopt, b_))
         out.push_back(std::move(*e));
     }
     // x < 0 part: "-" and magnitudes in [max(-hi, 0), -lo].
     if (!lo || lo->v < 0) {
-      const bound mlo = hi && hi->v < 0 ? bound{-hi->v, hi->exclusive} : bound{0, true};
-      const std::optional<bound> mhi =
-          lo ? std::optional<bound>(bound{-lo->v, lo->exclusive}) : std::nullopt;
-      if (auto e = magnitude(mlo, mhi)) out.push_back(expr::sequence({lit("-"), std::move(*e)}));
+      const decimal_bound mlo = hi && hi->v < 0 ? mag(*hi) : decimal_bound{0, "", true};
+      const std::optional<decimal_bound> mhi = lo ? std::optional(mag(*lo)) : std::nullopt;
+      if (auto e = decimal_magnitude(mlo, mhi, b_))
+        out.push_back(expr::sequence({lit("-"), std::move(*e)}));
     }
     if (out.empty()) return never();
     return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
