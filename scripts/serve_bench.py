@@ -7,6 +7,7 @@ prompts of about --words words that differ per request (a shared --system prompt
 Prints requests/s, generated tokens/s, TTFT and inter-token latency p50 / p99, and errors.
 
   scripts/serve_bench.py --url http://127.0.0.1:8080 -c 1 4 8 16 --requests 32 --tokens 64
+  scripts/serve_bench.py -c 8 --duration 600 --rss-pid $(pgrep npullm_server)   # a 10-minute soak
 
 Only Python's standard library (http.client, threads). A request counts as failed on any
 status but 200, a stream without `data: [DONE]`, or fewer tokens than asked for (counted from
@@ -94,14 +95,22 @@ def run(args, concurrency):
     lock = threading.Lock()
     todo = list(range(args.requests))
     results = []
+    served = [0]
+    deadline = time.perf_counter() + args.duration if args.duration else None
     system = prompt_text(random.Random(7), args.system_words) if args.system_words else None
 
     def client():
         while True:
             with lock:
-                if not todo:
+                if deadline is not None:  # --duration: requests until the time is up
+                    if time.perf_counter() >= deadline:
+                        return
+                    i = served[0]
+                    served[0] += 1
+                elif not todo:
                     return
-                i = todo.pop()
+                else:
+                    i = todo.pop()
             # Prompts differ per request and per level (a later level must not find the
             # earlier level's prompts in a prefix cache); the same between runs and servers.
             rng = random.Random(1000003 * concurrency + i)
@@ -116,13 +125,33 @@ def run(args, concurrency):
             with lock:
                 results.append(r)
 
+    rss = []  # (seconds, resident KiB) of --rss-pid, every 5 s
+    stop = threading.Event()
+
+    def sample():
+        while True:
+            try:
+                with open("/proc/%d/status" % args.rss_pid) as f:
+                    kb = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+                rss.append((time.perf_counter() - t0, kb))
+            except (OSError, StopIteration):
+                pass
+            if stop.wait(5):
+                return
+
     t0 = time.perf_counter()
+    sampler = threading.Thread(target=sample) if args.rss_pid else None
+    if sampler:
+        sampler.start()
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    stop.set()
+    if sampler:
+        sampler.join()
     ok = [r for r in results if r[0]]
     ttft = [r[1] for r in ok if r[1] is not None]
     gaps = [g for r in ok for g in r[2]]
@@ -136,7 +165,7 @@ def run(args, concurrency):
         "requests_per_s": len(ok) / wall, "tokens_per_s": tokens / wall,
         "ttft_p50_s": percentile(ttft, 50), "ttft_p99_s": percentile(ttft, 99),
         "itl_p50_ms": 1e3 * percentile(gaps, 50), "itl_p99_ms": 1e3 * percentile(gaps, 99),
-        "errors": errors,
+        "errors": errors, "rss_kib": rss,
     }
 
 
@@ -151,6 +180,11 @@ def main():
     p.add_argument("--system-words", type=int, default=0, help="a shared system prompt's words")
     p.add_argument("--tokens", type=int, default=64, help="generated tokens per request")
     p.add_argument("--no-cache", action="store_true", help="cache_prompt: false")
+    p.add_argument("--duration", type=float, default=0,
+                   help="seconds per level: requests until the time is up (a soak), not --requests")
+    p.add_argument("--rss-pid", type=int, default=0,
+                   help="the server's process id: its resident memory sampled every 5 s and "
+                        "its growth printed (after the first tenth of the run, when warm, to the end)")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     rows = []
@@ -162,6 +196,11 @@ def main():
         print("| %d | %d / %d | %.2f | %.1f | %.2f / %.2f | %.0f / %.0f | %s |" % (
             c, r["ok"], r["requests"], r["requests_per_s"], r["tokens_per_s"], r["ttft_p50_s"],
             r["ttft_p99_s"], r["itl_p50_ms"], r["itl_p99_ms"], r["errors"] or 0), flush=True)
+        if r["rss_kib"]:
+            warm = [kb for t, kb in r["rss_kib"] if t >= r["wall_s"] / 10] or [r["rss_kib"][-1][1]]
+            print("resident memory: %.1f MiB warm, %.1f MiB at the end, %.1f MiB peak: %+.2f %%" % (
+                warm[0] / 1024, warm[-1] / 1024, max(kb for _, kb in r["rss_kib"]) / 1024,
+                100.0 * (warm[-1] - warm[0]) / warm[0]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
