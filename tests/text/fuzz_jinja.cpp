@@ -11,9 +11,11 @@
 // appending loops) and long chains (filters, attributes, elifs, operators) to grow from.
 // Built with clang when available (target fuzz_jinja); test_jinja replays the corpus
 // (tests/text/corpus_jinja) through the same checks.
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -51,6 +53,35 @@ inline const jinja::json& default_variables() {
   return v;
 }
 
+// The options every input renders with: small limits keep each input fast (a size bomb is
+// refused at 64 KiB of text, 4,096 items or 16 MiB of work, whatever it would have made) and a
+// fixed date.
+inline jinja::render_options fuzz_options() {
+  jinja::render_options options;
+  options.limits = {.max_output_bytes = 1 << 16,
+                    .max_iterations = 1 << 12,
+                    .max_call_depth = 16,
+                    .max_items = 1 << 12,
+                    .max_work_bytes = 1 << 24};
+  std::tm date{};
+  date.tm_year = 124, date.tm_mon = 6, date.tm_mday = 26;
+  options.now = date;
+  return options;
+}
+
+// The checks on what two renders of one input gave (a text, or nullopt where the render threw
+// npullm::error): the text within max_output bytes; the second render as the first (render
+// keeps no state). A violation is thrown otherwise.
+inline void check_renders(const std::optional<std::string>& first,
+                          const std::optional<std::string>& second, std::size_t max_output) {
+  if (first) require(first->size() <= max_output, "output within the limit");
+  if (second) {
+    require(first.has_value() && *second == *first, "a second render gives the same text");
+  } else {
+    require(!first.has_value(), "a second render fails as the first did");
+  }
+}
+
 inline void run_one(std::string_view input) {
   const std::size_t nul = input.find('\0');
   const std::string_view source = input.substr(0, nul);
@@ -66,31 +97,17 @@ inline void run_one(std::string_view input) {
   } catch (const npullm::error&) {
     return;  // refused, with a message: fine
   }
-  jinja::render_options options;
-  // Small limits keep each input fast: a size bomb is refused at 64 KiB of text, 4,096 items
-  // or 16 MiB of work, whatever it would have made.
-  options.limits = {.max_output_bytes = 1 << 16,
-                    .max_iterations = 1 << 12,
-                    .max_call_depth = 16,
-                    .max_items = 1 << 12,
-                    .max_work_bytes = 1 << 24};
-  std::tm date{};
-  date.tm_year = 124, date.tm_mon = 6, date.tm_mday = 26;
-  options.now = date;
-  std::string first;
-  bool failed = false;
-  try {
-    first = program->render(vars, options);
-    require(first.size() <= options.limits.max_output_bytes, "output within the limit");
-  } catch (const npullm::error&) {
-    failed = true;
-  }
-  try {
-    const std::string second = program->render(vars, options);
-    require(!failed && second == first, "a second render gives the same text");
-  } catch (const npullm::error&) {
-    require(failed, "a second render fails as the first did");
-  }
+  const jinja::render_options options = fuzz_options();
+  const auto render = [&]() -> std::optional<std::string> {
+    try {
+      return program->render(vars, options);
+    } catch (const npullm::error&) {
+      return std::nullopt;  // refused, with a message: fine
+    }
+  };
+  const std::optional<std::string> first = render();
+  const std::optional<std::string> second = render();
+  check_renders(first, second, options.limits.max_output_bytes);
 }
 
 }  // namespace npullm_fuzz_jinja

@@ -6,13 +6,7 @@
 // hostile templates (chains of 200,000 terms, size bombs, quadratic appends, deep nesting),
 // each in a child process under an address-space limit, on a small stack, with an alarm.
 #include <gtest/gtest.h>
-#include <pthread.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +14,7 @@
 #include <iterator>
 #include <string>
 
+#include "bounded.hpp"
 #include "npullm/text/chat_template.hpp"
 #include "npullm/text/jinja.hpp"
 
@@ -448,107 +443,42 @@ TEST(jinja, safety_limits_give_errors_not_crashes_or_hangs) {
 
 // ---- hostile templates: bounded by the test process, not by trust ---------------------------
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool under_asan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool under_asan = true;
-#else
-constexpr bool under_asan = false;
-#endif
-#else
-constexpr bool under_asan = false;
-#endif
-
-// The stack a hostile render runs on: 1 MiB (a server's worker thread may have no more);
-// ASan's frames are several times larger, so 8 MiB (glibc's default thread stack) there.
-constexpr std::size_t hostile_stack = under_asan ? std::size_t{8} << 20 : std::size_t{1} << 20;
-// The time a hostile render may take: CPU seconds (RLIMIT_CPU: SIGXCPU past it), since the
-// machine running the tests may be shared and its wall clock slowed; a wall-clock alarm of
-// hostile_wall_seconds catches a child that waits instead of computing.
+// The limits a hostile render runs under (tests/bounded.hpp), set in a forked child: RLIMIT_AS
+// of 4 GiB (not under ASan, whose shadow memory reserves terabytes of address space); a stack
+// of 1 MiB (a server's worker thread may have no more; ASan's frames are several times larger,
+// so 8 MiB, glibc's default thread stack, there); 10 CPU seconds (RLIMIT_CPU: SIGXCPU past
+// it), since the machine running the tests may be shared and its wall clock slowed; a
+// wall-clock alarm of 120 s catches a child that waits instead of computing.
 constexpr unsigned hostile_seconds = 10;
-constexpr unsigned hostile_wall_seconds = 120;
+constexpr npullm_test::bounds hostile_bounds{
+    .stack = npullm_test::under_asan ? std::size_t{8} << 20 : std::size_t{1} << 20,
+    .address_space = std::size_t{4} << 30,
+    .cpu_seconds = hostile_seconds,
+    .wall_seconds = 120};
 
 struct bounded_run {
-  std::string outcome;  // "ok: <text>" or "error: <what()>"
+  std::string outcome;  // "ok: <text>", "error: <what()>" or "other exception: <what()>"
   double seconds = 0;   // wall clock
   double cpu_seconds = 0;
   long max_rss_mib = 0;
 };
 
-// fn in a forked child: on a thread of hostile_stack bytes, under RLIMIT_AS of 4 GiB (not under
-// ASan, whose shadow memory reserves terabytes of address space) and RLIMIT_CPU of
-// hostile_seconds. The child must exit normally (a stack overflow, std::bad_alloc escaping, an
-// abort, SIGXCPU or the alarm fail the test); it reports what fn gave, its CPU time and its
+// fn in a forked child under hostile_bounds. The child must exit normally (a stack overflow,
+// an abort, SIGXCPU or the alarm fail the test); it reports what fn gave, its CPU time and its
 // peak resident memory.
 bounded_run run_bounded(const std::function<std::string()>& fn) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    if (!under_asan) {
-      const rlimit as{std::size_t{4} << 30, std::size_t{4} << 30};
-      ::setrlimit(RLIMIT_AS, &as);
-    }
-    const rlimit cpu{hostile_seconds, hostile_seconds + 1};
-    ::setrlimit(RLIMIT_CPU, &cpu);
-    ::alarm(hostile_wall_seconds);
-    struct job {
-      const std::function<std::string()>* fn;
-      std::string out;
-    } j{&fn, {}};
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, hostile_stack);
-    pthread_t thread;
-    const auto body = [](void* p) -> void* {
-      auto* jb = static_cast<job*>(p);
-      try {
-        jb->out = "ok: " + (*jb->fn)();
-      } catch (const npullm::error& e) {
-        jb->out = std::string("error: ") + e.what();
-      } catch (const std::exception& e) {
-        jb->out = std::string("other exception: ") + e.what();
-      }
-      return nullptr;
-    };
-    if (pthread_create(&thread, &attr, body, &j) != 0) ::_exit(3);
-    pthread_join(thread, nullptr);
-    rusage ru{};
-    ::getrusage(RUSAGE_SELF, &ru);
-    const double cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-    const std::string report =
-        std::to_string(ru.ru_maxrss / 1024) + " " + std::to_string(cpu_seconds) + "\n" + j.out;
-    for (std::size_t done = 0; done < report.size();) {
-      const ssize_t n = ::write(fds[1], report.data() + done, report.size() - done);
-      if (n <= 0) ::_exit(4);
-      done += static_cast<std::size_t>(n);
-    }
-    ::_exit(0);
+  const npullm_test::bounded_outcome r = npullm_test::run_bounded(fn, hostile_bounds);
+  EXPECT_TRUE(r.died.empty()) << r.died;
+  bounded_run b{{}, r.seconds, r.cpu_seconds, r.max_rss_mib};
+  switch (r.how) {
+    case npullm_test::ended::value: b.outcome = "ok: " + r.text; break;
+    case npullm_test::ended::npullm_error:
+      b.outcome = std::string("error: ") + npullm::error(r.code, r.text).what();
+      break;
+    case npullm_test::ended::bad_alloc: b.outcome = "other exception: std::bad_alloc"; break;
+    case npullm_test::ended::other_exception: b.outcome = "other exception: " + r.text; break;
   }
-  ::close(fds[1]);
-  std::string report;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
-    report.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  bounded_run r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                              : "exit status " + std::to_string(WEXITSTATUS(status)));
-  const std::size_t nl = report.find('\n');
-  if (nl != std::string::npos) {
-    r.max_rss_mib = std::stol(report.substr(0, nl));
-    r.cpu_seconds = std::stod(report.substr(report.find(' ') + 1, nl));
-    r.outcome = report.substr(nl + 1);
-  }
-  return r;
+  return b;
 }
 
 // source parsed and rendered (default limits but the date) within the bounds; the outcome
@@ -853,8 +783,35 @@ TEST(jinja_fuzz, corpus_replays) {
   EXPECT_GE(n, 20u);
 }
 
-TEST(jinja_fuzz, checks_catch_a_violation) {
-  EXPECT_THROW(npullm_fuzz_jinja::require(false, "x"), npullm_fuzz_jinja::violation);
+// The harness's checks catch a wrong result: a real rendering (the harness's options and
+// variables), then the same rendering with one byte changed, a render that failed only once,
+// and a real text past the harness's output limit.
+TEST(jinja_fuzz, checks_catch_a_wrong_rendering) {
+  using npullm_fuzz_jinja::check_renders;
+  using npullm_fuzz_jinja::violation;
+  const jinja::render_options options = npullm_fuzz_jinja::fuzz_options();
+  const std::size_t limit = options.limits.max_output_bytes;
+  const auto program = jinja::template_program::parse(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}");
+  const std::string good = program.render(npullm_fuzz_jinja::default_variables(), options);
+  ASSERT_NE(good.find("<user>Thanks"), std::string::npos) << good;
+  EXPECT_NO_THROW(check_renders(good, good, limit));
+  EXPECT_NO_THROW(check_renders(std::nullopt, std::nullopt, limit));
+
+  std::string corrupted = good;
+  corrupted[corrupted.find("Thanks")] = 't';
+  EXPECT_THROW(check_renders(good, corrupted, limit), violation);
+  EXPECT_THROW(check_renders(good, good.substr(0, good.size() - 1), limit), violation);
+  EXPECT_THROW(check_renders(good, std::nullopt, limit), violation);
+  EXPECT_THROW(check_renders(std::nullopt, good, limit), violation);
+
+  // A text the harness's limits would have refused, rendered under larger ones.
+  jinja::render_options larger = options;
+  larger.limits.max_output_bytes = 4 * limit;
+  const std::string over =
+      jinja::template_program::parse("{{ 'x' * 70000 }}").render(json::object(), larger);
+  ASSERT_GT(over.size(), limit);
+  EXPECT_THROW(check_renders(over, over, limit), violation);
 }
 
 }  // namespace
