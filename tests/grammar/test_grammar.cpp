@@ -475,6 +475,19 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
        {"0.001", "0.0010"},
        {"0.0011", "0.0009", "0", "0.01"}},
       {R"({"type": "number", "minimum": 1e-05})", {"0.00001", "0.1", "3"}, {"0.000009", "0", "-1"}},
+      // dependencies / dependentRequired: a name present requires others, either order.
+      {R"({"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+           "dependencies": {"a": ["c"], "c": {"required": ["b"]}}})",
+       {"{}", R"({"b": 1})", R"({"b": 1, "c": 2})", R"({"a": 1, "b": 2, "c": 3})"},
+       {R"({"a": 1})", R"({"c": 1})", R"({"a": 1, "c": 2})", R"({"a": 1, "b": 2})"}},
+      {R"({"type": "object", "properties": {"card": {}},
+           "dependentRequired": {"card": ["billing"]}})",
+       {"{}", R"({"card": 1, "billing": 2})", R"({"x": 1})", R"({"billing": 2})"},
+       {R"({"card": 1})", R"({"card": 1, "x": 2})"}},
+      {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": false,
+           "dependencies": {"a": ["b"]}})",
+       {"{}"},
+       {R"({"a": 1})", R"({"a": 1, "b": 2})"}},
       // minProperties / maxProperties counted.
       {R"({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1,
            "additionalProperties": false})",
@@ -535,8 +548,10 @@ TEST(json_schema, unsupported_keywords_are_refused_by_name) {
       {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "'oneOf'"},
       {R"({"$ref": "http://example.com/schema"})", "'$ref'"},
       {R"({"type": "object", "minProperties": 200000})", "'minProperties'"},
-      {R"({"type": "object", "properties": {"a": {"type": "string", "propertyNames": {}}}, "dependentRequired": {"a": ["b"]}})",
-       "'dependentRequired'"},
+      {R"({"type": "object", "properties": {"a": {"type": "string", "propertyNames": {}}}, "dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}}})",
+       "'dependentSchemas'"},
+      {R"({"type": "object", "dependencies": {"a": {"properties": {"b": {"type": "integer"}}}}})",
+       "'dependencies'"},
   };
   for (const auto& [schema, keyword] : cases) {
     try {

@@ -113,10 +113,9 @@ class schema_compiler : public schema_structures {
 
   // Keywords that constrain instances and that value() does not encode.
   static void refuse_unsupported(const json& s, const std::string& path) {
-    for (const char* k :
-         {"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-          "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains",
-          "$dynamicRef", "$recursiveRef", "contentSchema"}) {
+    for (const char* k : {"not", "if", "then", "else", "dependentSchemas", "unevaluatedProperties",
+                          "unevaluatedItems", "contains", "minContains", "maxContains",
+                          "$dynamicRef", "$recursiveRef", "contentSchema"}) {
       if (s.contains(k)) {
         const json& v = s[k];
         // Empty forms constrain nothing.
