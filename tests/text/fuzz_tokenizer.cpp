@@ -68,51 +68,69 @@ inline std::array<bool, 256> bytes_that_round_trip(const npullm::text::tokenizer
   return ok;
 }
 
+// Whether byte b of vocabulary vocab_index (vocabulary(vocab_index) is tok) encodes to tokens
+// that decode to it; computed once per vocabulary.
+inline bool byte_round_trips(const npullm::text::tokenizer& tok, std::size_t vocab_index,
+                             unsigned char b) {
+  static std::array<std::optional<std::array<bool, 256>>, vocab_names.size()> byte_ok;
+  auto& ok = byte_ok[vocab_index % vocab_names.size()];
+  if (!ok) ok = bytes_that_round_trip(tok);
+  return (*ok)[b];
+}
+
+// The checks on one encoding of text by vocabulary vocab_index (tok): ids, what decode gave
+// for them (plain; rendered: with special tokens rendered), where add_special was set. A
+// violation is thrown where ids are outside the vocabulary, valid UTF-8 decoded to invalid,
+// the round trip was promised and rendered is not text, or the streaming detokenizer's pieces
+// split a character or do not make plain.
+inline void check_encoding(const npullm::text::tokenizer& tok, std::size_t vocab_index,
+                           std::string_view text, bool add_special,
+                           const std::vector<std::int32_t>& ids, const std::string& plain,
+                           const std::string& rendered) {
+  using namespace npullm::text;
+  const bool phi3 = vocab_index % vocab_names.size() == 3;
+  const bool bpe = tok.vocab().model == tokenizer_model::bpe;
+  const bool valid = valid_utf8(text);
+  for (const std::int32_t id : ids)
+    require(id >= 0 && static_cast<std::size_t>(id) < tok.size(), "id range");
+  if (valid) require(valid_utf8(plain) && valid_utf8(rendered), "invalid UTF-8 out of valid UTF-8");
+  if (!phi3) {
+    if (bpe) {
+      bool promised = !add_special || !tok.vocab().add_bos;
+      for (const char c : text)
+        promised = promised && byte_round_trips(tok, vocab_index, static_cast<unsigned char>(c));
+      if (promised) require(rendered == text, "BPE round trip");
+    } else if (text.find("\xe2\x96\x81") == std::string_view::npos && !add_special) {
+      require(rendered == text, "SentencePiece round trip");
+    }
+  }
+  streaming_detokenizer stream(tok);
+  std::string streamed;
+  for (const std::int32_t id : ids) {
+    const std::string part = stream.push(id);
+    if (valid) require(valid_utf8(part), "streamed piece splits a character");
+    streamed += part;
+  }
+  streamed += stream.flush();
+  require(streamed == plain, "streaming differs from decode");
+}
+
 inline void run_one(std::string_view input) {
   using namespace npullm::text;
   if (input.empty()) return;
   const auto selector = static_cast<unsigned char>(input[0]);
-  const tokenizer* tok = vocabulary(selector % vocab_names.size());
+  const std::size_t index = selector % vocab_names.size();
+  const tokenizer* tok = vocabulary(index);
   if (tok == nullptr) return;
-  const bool phi3 = selector % vocab_names.size() == 3;
   const bool add_special = (selector >> 4) & 1;
   const std::string_view text = input.substr(1);
-  const bool bpe = tok->vocab().model == tokenizer_model::bpe;
-  const bool valid = valid_utf8(text);
   try {
     for (const bool parse : {false, true}) {
       const auto ids = tok->encode(text, {.add_special = add_special, .parse_special = parse});
-      for (const std::int32_t id : ids)
-        require(id >= 0 && static_cast<std::size_t>(id) < tok->size(), "id range");
-      const std::string plain = tok->decode(ids);
-      const std::string rendered = tok->decode(ids, {.render_special = true});
-      if (valid)
-        require(valid_utf8(plain) && valid_utf8(rendered), "invalid UTF-8 out of valid UTF-8");
-      if (!phi3) {
-        if (bpe) {
-          static std::array<std::optional<std::array<bool, 256>>, vocab_names.size()> byte_ok;
-          auto& ok = byte_ok[selector % vocab_names.size()];
-          if (!ok) ok = bytes_that_round_trip(*tok);
-          bool promised = !add_special || !tok->vocab().add_bos;
-          for (const char c : text) promised = promised && (*ok)[static_cast<unsigned char>(c)];
-          if (promised) {
-            require(rendered == text, "BPE round trip");
-          }
-        } else if (text.find("\xe2\x96\x81") == std::string_view::npos && !add_special) {
-          require(rendered == text, "SentencePiece round trip");
-        }
-      }
-      streaming_detokenizer stream(*tok);
-      std::string streamed;
-      for (const std::int32_t id : ids) {
-        const std::string part = stream.push(id);
-        if (valid) require(valid_utf8(part), "streamed piece splits a character");
-        streamed += part;
-      }
-      streamed += stream.flush();
-      require(streamed == plain, "streaming differs from decode");
+      check_encoding(*tok, index, text, add_special, ids, tok->decode(ids),
+                     tok->decode(ids, {.render_special = true}));
     }
-    if (bpe) {
+    if (tok->vocab().model == tokenizer_model::bpe) {
       const pretokenizer pre(tok->vocab().pre_info.kind);
       std::size_t at = 0;
       for (const std::string_view w : pre.split(text)) {
