@@ -282,7 +282,13 @@ class schema_compiler : public schema_structures {
   // Numbers with bounds that are whole numbers (|bound| <= 1e15), written without an
   // exponent when bounded (a narrowing); other bounds are refused.
   expr number(const json& s, const std::string& path) {
-    if (s.contains("multipleOf")) refuse(path, "multipleOf");
+    // A whole multipleOf: integers only (a narrowing: 10.0 is a multiple of 5 too).
+    if (s.contains("multipleOf")) {
+      const json& m = s["multipleOf"];
+      if (!m.is_number() || std::floor(m.get<double>()) != m.get<double>())
+        refuse(path, "multipleOf", "a step that is not a whole number");
+      return integer(s, path);
+    }
     struct bound {
       double v;
       bool exclusive;
@@ -327,9 +333,15 @@ class schema_compiler : public schema_structures {
   }
 
   expr integer(const json& s, const std::string& path) {
+    // multipleOf: a whole number up to 1000 (an integer's remainder is exact).
+    std::int64_t step = 1;
     if (s.contains("multipleOf")) {
       const json& m = s["multipleOf"];
-      if (!(m.is_number() && m.get<double>() == 1.0)) refuse(path, "multipleOf");
+      if (!m.is_number() || !(m.get<double>() > 0)) invalid(path, "'multipleOf' must be > 0");
+      const double d = m.get<double>();
+      if (std::floor(d) != d || d > 1000)
+        refuse(path, "multipleOf", "on integers, other than a whole number up to 1000");
+      step = static_cast<std::int64_t>(d);
     }
     constexpr double limit = 1e18;
     std::optional<double> lo = num(s, "minimum", path), hi = num(s, "maximum", path);
@@ -352,9 +364,58 @@ class schema_compiler : public schema_structures {
       const auto v = static_cast<std::int64_t>(std::ceil(std::min(limit, *x)) - 1);
       max = max ? std::min(*max, v) : v;
     }
-    if (!min && !max) return integer_text();
     if (min && max && *min > *max) return never();
+    if (step > 1) return multiples(step, min, max, path);
+    if (!min && !max) return integer_text();
     return int_range(min, max);
+  }
+
+  // Multiples of step in [min, max]: listed when there are at most 1000 of them, otherwise
+  // (no maximum, and a minimum of at most step: every multiple >= 0 or > 0, or none, any
+  // sign) the digits read by an automaton of the remainder mod step, one rule a remainder.
+  expr multiples(std::int64_t step, std::optional<std::int64_t> min,
+                 std::optional<std::int64_t> max, const std::string& path) {
+    if (min && max) {
+      const std::int64_t first =
+          *min >= 0 ? (*min + step - 1) / step * step : -((-*min) / step * step);
+      if (*max < first) return never();
+      if ((*max - first) / step > 1000)
+        refuse(path, "multipleOf", "with bounds holding more than 1000 multiples");
+      std::vector<expr> out;
+      for (std::int64_t v = first; v <= *max; v += step) out.push_back(lit(std::to_string(v)));
+      return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
+    }
+    if (max || (min && *min > step))
+      refuse(path, "multipleOf", "with a maximum, or a minimum above the step");
+    // R(r): the digits still to come after a prefix with remainder r.
+    const auto rules = shared("multiple-of-" + std::to_string(step), [&] {
+      std::vector<std::uint32_t> r(static_cast<std::size_t>(step));
+      for (auto& x : r) x = b_.fresh("mod");
+      for (std::int64_t q = 0; q < step; ++q) {
+        std::vector<expr> alts;
+        if (q == 0) alts.push_back(expr::sequence());
+        std::map<std::int64_t, std::vector<std::pair<char32_t, char32_t>>> by;
+        for (int d = 0; d <= 9; ++d)
+          by[(q * 10 + d) % step].emplace_back(static_cast<char32_t>('0' + d),
+                                               static_cast<char32_t>('0' + d));
+        for (auto& [to, ds] : by)
+          alts.push_back(
+              expr::sequence({chars(std::move(ds)), expr::call(r[static_cast<std::size_t>(to)])}));
+        b_.define(r[static_cast<std::size_t>(q)],
+                  alts.size() == 1 ? alts[0] : expr::choice(std::move(alts)));
+      }
+      // A positive multiple: a first digit 1-9, then R of its remainder.
+      std::vector<expr> first;
+      for (int d = 1; d <= 9; ++d)
+        first.push_back(
+            expr::sequence({digit(static_cast<char>('0' + d), static_cast<char>('0' + d)),
+                            expr::call(r[static_cast<std::size_t>(d % step)])}));
+      return expr::choice(std::move(first));
+    });
+    std::vector<expr> out{rules};
+    if (!min || *min <= 0) out.push_back(lit("0"));
+    if (!min) out.push_back(expr::sequence({lit("-"), rules}));
+    return expr::choice(std::move(out));
   }
 
   expr string(const json& s, const std::string& path) {
