@@ -499,6 +499,11 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
       {R"({"type": "number", "multipleOf": 2, "maximum": 6, "minimum": 0.5})",
        {"2", "4", "6"},
        {"0", "8", "3", "2.5"}},
+      // oneOf of overlapping string schemas: strings exactly one alternative accepts.
+      {R"({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"},
+                     {"type": "string", "enum": ["c", "ab"]}]})",
+       {R"("a")", R"("xbx")", R"("c")"},
+       {R"("ab")", R"("ba")", R"("x")", R"("")"}},
       // minProperties / maxProperties counted.
       {R"({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1,
            "additionalProperties": false})",

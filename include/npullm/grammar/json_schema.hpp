@@ -49,6 +49,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -212,6 +213,7 @@ class schema_compiler : public schema_structures {
         std::vector<json> seen;
         for (std::size_t i = 0; i < parts.size(); ++i)
           seen.push_back(inline_refs(parts[i], path + "/" + key + "/" + std::to_string(i)));
+        if (auto e = strings_one_of(seen, path)) return std::move(*e);
         if (make_disjoint(seen, path)) parts = std::move(seen);
       }
       std::vector<expr> out;
@@ -460,6 +462,35 @@ class schema_compiler : public schema_structures {
   // The string body (between the quotes) that pattern matches somewhere (re.search).
   expr pattern(const std::string& p, const std::string& path) {
     return pattern_body(p, path, string_char(), opt_.limits.max_depth);
+  }
+
+  // oneOf whose alternatives are all string schemas that may overlap: the strings exactly
+  // one alternative accepts, from the product of their automata (key_automaton.hpp; strings
+  // written without escapes: a narrowing). nullopt when some alternative is no string schema
+  // or none overlap (anyOf then is exact).
+  std::optional<expr> strings_one_of(const std::vector<json>& parts, const std::string& path) {
+    if (parts.size() < 2 || parts.size() > 16) return std::nullopt;
+    for (const auto& p : parts)
+      if (!p.is_object() || p.contains("$ref") || p.contains("anyOf") || p.contains("oneOf") ||
+          p.contains("allOf") || p.contains("not") || types_of(p, path) != t_str)
+        return std::nullopt;
+    bool overlap = false;
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      for (std::size_t j = i + 1; j < parts.size(); ++j)
+        overlap = overlap || !disjoint(parts[i], parts[j], path);
+    if (!overlap) return std::nullopt;
+    std::vector<std::unique_ptr<byte_automaton>> langs;
+    std::vector<byte_automaton*> ptrs;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      langs.push_back(key_language(parts[i], path + "/oneOf/" + std::to_string(i)));
+      if (!langs.back()) return std::nullopt;  // accepts nothing: anyOf of the others
+      ptrs.push_back(langs.back().get());
+    }
+    std::vector<expr> out;
+    for (auto& [sig, e] : key_signatures(ptrs, {}, 0, b_, path, "oneOf"))
+      if (std::has_single_bit(sig)) out.push_back(std::move(e));
+    if (out.empty()) return never();
+    return out.size() == 1 ? std::move(out[0]) : expr::choice(std::move(out));
   }
 
   // A string schema's language for keys, compiled by a compiler of its own (compact
