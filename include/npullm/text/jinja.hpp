@@ -10,7 +10,8 @@
 // undefined", "'dict object' has no attribute 'y'"); None + 'a' is Python's TypeError; a
 // `set` inside a for loop stays in that iteration (namespace() carries values out); macros
 // return their text. This header holds the statements and expressions (the evaluator) and
-// template_program; the rest, each class deriving from the one before:
+// template_program; the rest is in (from jinja_ops.hpp on, each header's class derives from
+// the one listed before it, and the evaluator from filter_ops):
 //   text/jinja_parser.hpp      syntax: statements (jinja_expression_parser.hpp: expressions,
 //                              jinja_lexer.hpp: tokens, jinja_ast.hpp: the tree)
 //   text/jinja_value.hpp       values (jinja_print.hpp: str, repr, tojson)
@@ -30,7 +31,7 @@
 // the total work of a render (bytes of strings and lists made or scanned), the loop iterations
 // (all loops together, range() sizes too), nested macro calls and the interpreter's
 // recursion; lists built inside lists nest at most max_nesting deep; parse_limits bound the
-// syntax tree's depth (text/jinja_parser.hpp). A render past a limit is capacity_exhausted
+// syntax tree's depth (text/jinja_ast.hpp). A render past a limit is capacity_exhausted
 // naming the limit, never a crash or a hang. Building a string or a list by appending in a
 // loop ({% set ns.s = ns.s ~ x %}, {% set ns.xs = ns.xs + [x] %}) grows it in place when
 // nothing else holds it: linear, not quadratic.
