@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
-#include "npullm/text/jinja_print.hpp"
 #include "npullm/text/jinja_value.hpp"
 
 namespace npullm::text::jinja {
