@@ -13,35 +13,47 @@
 //   object   properties (in the order written; each optional one may be left out),
 //            required (names outside properties come after them, any value), additionalProperties
 //            (false / true / a schema; extra keys after the named ones, written without escapes
-//            and different from every named key), minProperties / maxProperties only where the
-//            required set and property count already imply them
+//            and different from every named key), patternProperties and propertyNames (keys
+//            sorted by the patterns they match: key_automaton.hpp; a named key takes its
+//            schema merged with each pattern it matches), minProperties / maxProperties
+//            (members counted), dependencies / dependentRequired (lists, or schemas listing
+//            only required: names written tracked along the properties)
 //   array    items (a schema, or a list: draft 4-7 prefix), prefixItems, additionalItems,
 //            minItems, maxItems
 //   string   minLength, maxLength, pattern (a regex subset, Python's re.search semantics: a
 //            pattern not anchored with ^ / $ may have text around its match), format
 //            (date-time, date, time, uuid, email, uri, ipv4; the other formats JSON Schema
 //            defines are refused, names it does not define (int32, byte, path) are
-//            annotations); pattern, format and lengths one at a time
+//            annotations); a pattern or a format with lengths (its automaton with a count of
+//            characters); pattern and format not together
 //   integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft 4 booleans too),
-//            multipleOf 1; integers are written without a fraction (1.0 is refused);
-//            bounds past +-1e18 narrow to +-1e18
-//   number   minimum / maximum / exclusive* that are whole numbers (|bound| <= 1e15): then
-//            written without an exponent; other bounds and multipleOf are refused
+//            multipleOf a whole number up to 1000 (listed in a range of at most 1000
+//            multiples, else a remainder automaton without a maximum); integers are written
+//            without a fraction (1.0 is refused); bounds past +-1e18 narrow to +-1e18
+//   number   minimum / maximum / exclusive* up to 1e15, any decimals (written without an
+//            exponent when bounded, compared digit by digit); a whole multipleOf narrows to
+//            integers, other multipleOf is refused
 //   enum, const (each value as JSON, whitespace as the options say); beside other keywords,
 //            only the values the rest of the schema's grammar accepts
 //   not      of a boolean / empty schema, of a 'not', of a 'type' (the other types), of one
 //            required name (an object without it); other forms are refused
 //   anyOf, oneOf (only when its alternatives cannot overlap: different types or constants, or
 //   made disjoint by narrowing objects: a property both fix to different constants becomes
-//   required, or a property one requires becomes forbidden in the other),
+//   required, or a property one requires becomes forbidden in the other; string
+//   alternatives that overlap: the strings exactly one accepts),
 //   allOf (merged: properties and required united, type intersected, equal other keywords;
 //   annotations and unknown names (x-...) need not agree),
 //   $ref to "#", "#/definitions/...", "#/$defs/..." and any JSON pointer in the document
 //   (recursive schemas become recursive rules); siblings of $ref merge as allOf.
-// Refused (unsupported): other forms of not, if / then / else, patternProperties, propertyNames,
-// dependencies / dependentRequired / dependentSchemas, unevaluated*, contains, uniqueItems
-// true, multipleOf other than integer 1, non-whole number bounds, remote $ref,
-// unicode property classes and look-around / back-references in patterns.
+// Refused (unsupported): other forms of not, if / then / else, dependentSchemas, unevaluated*,
+// contains, uniqueItems true, other multipleOf, bounds past 1e15 on numbers, remote $ref,
+// unicode property classes and look-around / back-references in patterns, key patterns
+// that tell non-ASCII characters apart.
+//
+// Parts: schema_common.hpp (options, errors, keyword tables), schema_document.hpp (parsing),
+// schema_merge.hpp (allOf / $ref / oneOf / not rewriting), json_text.hpp (JSON text rules,
+// formats, keys), schema_object.hpp (arrays, objects), key_automaton.hpp (key and string
+// languages), regex.hpp (pattern), number_range.hpp (numeric ranges).
 //
 // Whitespace (options.whitespace): JSON's [ \t\n\r]* between tokens (none before or after the
 // value, so that a generation ends with it), json.dumps' ", " and ": " only, or none.

@@ -114,89 +114,59 @@ class schema_structures : public json_text_rules {
   // keys (patternProperties, propertyNames); null when it accepts no string.
   virtual std::unique_ptr<byte_automaton> key_language(const json& s, const std::string& path) = 0;
 
-  expr object(const json& s, const std::string& path) {
-    struct prop {
-      std::string name;
-      expr value;
-      bool required;
-    };
-    std::vector<prop> props;
-    std::set<std::string> names;
-    std::set<std::string> required;
-    if (s.contains("required")) {
-      if (!s["required"].is_array()) invalid(path, "'required' must be an array");
-      for (const auto& r : s["required"]) {
-        if (!r.is_string()) invalid(path, "'required' entries must be strings");
-        required.insert(r.get<std::string>());
-      }
-    }
-    // patternProperties and propertyNames: languages of keys (key_automaton.hpp). A named key
-    // takes its property's schema merged with each pattern it matches, and is left out when
-    // propertyNames refuses it; other keys are classed by the patterns they match.
+  // The key languages of an object: patternProperties' patterns (with their schemas) and
+  // propertyNames last; null automata accept no string.
+  struct key_rules {
     std::vector<std::pair<std::string, json>> patterns;
-    if (s.contains("patternProperties")) {
-      if (!s["patternProperties"].is_object())
-        invalid(path, "'patternProperties' must be an object");
-      for (const auto& [k, v] : s["patternProperties"].items()) patterns.emplace_back(k, v);
-    }
-    const json names_schema = s.contains("propertyNames") ? s["propertyNames"] : json(true);
-    const bool check_names =
-        !(names_schema == true || (names_schema.is_object() && names_schema.empty()));
-    std::vector<std::unique_ptr<byte_automaton>> langs;
-    for (const auto& [p, v] : patterns) {
-      json ps = json::object();
-      ps["type"] = "string";
-      ps["pattern"] = p;
-      langs.push_back(key_language(ps, path + "/patternProperties"));
-    }
+    bool check_names = false;
     bool no_keys = false;  // propertyNames accepts no string
-    if (check_names) {
-      langs.push_back(key_language(names_schema, path + "/propertyNames"));
-      no_keys = langs.back() == nullptr;
-    }
-    const std::size_t n_patterns = patterns.size();
-    // The schema a named key's value takes (false: the key may not appear).
-    const auto key_schema = [&](const std::string& name, const json& base, bool named,
-                                const std::string& at) -> json {
+    std::vector<std::unique_ptr<byte_automaton>> langs;
+
+    // The schema a named key's value takes (false: the key may not appear): its own (named)
+    // or additionalProperties' (base) merged with each pattern the key matches.
+    json schema_of(schema_structures& c, const std::string& name, const json& base, bool named,
+                   const std::string& at) const {
       if (langs.empty()) return base;
       if (no_keys) return json(false);
       const std::string text = json(name).dump();
       if (check_names && !langs.back()->matches(text)) return json(false);
       json v = named ? base : json(true);
       bool any = false;
-      for (std::size_t i = 0; i < n_patterns; ++i) {
+      for (std::size_t i = 0; i < patterns.size(); ++i) {
         if (!langs[i] || !langs[i]->matches(text)) continue;
         any = true;
-        v = merge_schema(v, patterns[i].second, at);
+        v = c.merge_schema(v, patterns[i].second, at);
       }
       return named || any ? v : base;
-    };
-    json additional = s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
-    if (s.contains("properties")) {
-      if (!s["properties"].is_object()) invalid(path, "'properties' must be an object");
-      for (const auto& [k, v] : s["properties"].items()) {
-        const std::string at = path + "/properties/" + k;
-        expr e = value(key_schema(k, v, true, at), at);
-        names.insert(k);
-        if (is_never(e)) {
-          if (required.count(k)) return never();
-          continue;  // may not appear
-        }
-        props.push_back({k, std::move(e), required.count(k) > 0});
-      }
     }
-    for (const auto& r : s.contains("required") ? s["required"] : json::array()) {
-      const std::string name = r.get<std::string>();
-      if (names.count(name)) continue;
-      expr e = value(key_schema(name, additional, false, path + "/additionalProperties"),
-                     path + "/additionalProperties");
-      if (is_never(e)) return never();
-      names.insert(name);
-      props.push_back({name, std::move(e), true});
+  };
+  [[gnu::noinline]] std::unique_ptr<key_rules> read_key_rules(const json& s,
+                                                              const std::string& path) {
+    auto k = std::make_unique<key_rules>();
+    if (s.contains("patternProperties")) {
+      if (!s["patternProperties"].is_object())
+        invalid(path, "'patternProperties' must be an object");
+      for (const auto& [p, v] : s["patternProperties"].items()) k->patterns.emplace_back(p, v);
     }
-    // dependencies (draft 4-7: a list, or a schema that only lists `required`) and
-    // dependentRequired: a name present requires others. The names involved become named
-    // properties (optional, valued as an extra key would be), tracked by dependent_object().
+    const json names_schema = s.contains("propertyNames") ? s["propertyNames"] : json(true);
+    k->check_names = !(names_schema == true || (names_schema.is_object() && names_schema.empty()));
+    for (const auto& [p, v] : k->patterns) {
+      json ps = json::object();
+      ps["type"] = "string";
+      ps["pattern"] = p;
+      k->langs.push_back(key_language(ps, path + "/patternProperties"));
+    }
+    if (k->check_names) {
+      k->langs.push_back(key_language(names_schema, path + "/propertyNames"));
+      k->no_keys = k->langs.back() == nullptr;
+    }
+    return k;
+  }
+
+  // dependencies (draft 4-7: a list, or a schema that only lists `required`) and
+  // dependentRequired: a name present requires others.
+  [[gnu::noinline]] std::vector<std::pair<std::string, std::vector<std::string>>> read_dependencies(
+      const json& s, const std::string& path) {
     std::vector<std::pair<std::string, std::vector<std::string>>> deps;
     for (const char* k : {"dependencies", "dependentRequired"}) {
       if (!s.contains(k)) continue;
@@ -224,18 +194,20 @@ class schema_structures : public json_text_rules {
         if (!need.empty()) deps.emplace_back(a, std::move(need));
       }
     }
-    for (const auto& [a, need] : deps) {
-      std::vector<std::string> all = need;
-      all.push_back(a);
-      for (const auto& name : all) {
-        if (names.count(name)) continue;
-        names.insert(name);
-        expr e = value(key_schema(name, additional, false, path + "/additionalProperties"),
-                       path + "/additionalProperties");
-        if (!is_never(e)) props.push_back({name, std::move(e), false});
-      }
-    }
+    return deps;
+  }
+
+  // The members after the named ones: keys classed by the patterns they match (with
+  // patternProperties / propertyNames), else any key outside `names`; nullopt when none.
+  [[gnu::noinline]] std::optional<expr> extra_members(const key_rules& keys,
+                                                      const std::set<std::string>& names,
+                                                      const json& additional,
+                                                      const std::string& path) {
     std::optional<expr> extra_member;
+    const auto& langs = keys.langs;
+    const auto& patterns = keys.patterns;
+    const bool no_keys = keys.no_keys, check_names = keys.check_names;
+    const std::size_t n_patterns = keys.patterns.size();
     if (!langs.empty()) {
       if (!no_keys) {
         std::vector<byte_automaton*> ptrs;
@@ -270,6 +242,70 @@ class schema_structures : public json_text_rules {
       expr e = value(additional, path + "/additionalProperties");
       if (!is_never(e)) extra_member = expr::sequence({other_key(names), key_sep(), std::move(e)});
     }
+    return extra_member;
+  }
+
+  expr object(const json& s, const std::string& path) {
+    struct prop {
+      std::string name;
+      expr value;
+      bool required;
+    };
+    std::vector<prop> props;
+    std::set<std::string> names;
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) invalid(path, "'required' must be an array");
+      for (const auto& r : s["required"]) {
+        if (!r.is_string()) invalid(path, "'required' entries must be strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    // patternProperties and propertyNames (on the heap: value() recurses through this frame
+    // once per nesting level, so it is kept small).
+    const std::unique_ptr<key_rules> keys = read_key_rules(s, path);
+    const auto key_schema = [&](const std::string& name, const json& base, bool named,
+                                const std::string& at) {
+      return keys->schema_of(*this, name, base, named, at);
+    };
+    json additional = s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+    if (s.contains("properties")) {
+      if (!s["properties"].is_object()) invalid(path, "'properties' must be an object");
+      for (const auto& [k, v] : s["properties"].items()) {
+        const std::string at = path + "/properties/" + k;
+        expr e = value(key_schema(k, v, true, at), at);
+        names.insert(k);
+        if (is_never(e)) {
+          if (required.count(k)) return never();
+          continue;  // may not appear
+        }
+        props.push_back({k, std::move(e), required.count(k) > 0});
+      }
+    }
+    for (const auto& r : s.contains("required") ? s["required"] : json::array()) {
+      const std::string name = r.get<std::string>();
+      if (names.count(name)) continue;
+      expr e = value(key_schema(name, additional, false, path + "/additionalProperties"),
+                     path + "/additionalProperties");
+      if (is_never(e)) return never();
+      names.insert(name);
+      props.push_back({name, std::move(e), true});
+    }
+    // dependencies / dependentRequired: the names involved become optional named properties
+    // (valued as an extra key would be), tracked by dependent_object().
+    const auto deps = read_dependencies(s, path);
+    for (const auto& [a, need] : deps) {
+      std::vector<std::string> all = need;
+      all.push_back(a);
+      for (const auto& name : all) {
+        if (names.count(name)) continue;
+        names.insert(name);
+        expr e = value(key_schema(name, additional, false, path + "/additionalProperties"),
+                       path + "/additionalProperties");
+        if (!is_never(e)) props.push_back({name, std::move(e), false});
+      }
+    }
+    const std::optional<expr> extra_member = extra_members(*keys, names, additional, path);
     // minProperties / maxProperties: counted (below) where not already implied.
     std::size_t n_required = 0;
     for (const auto& p : props) n_required += p.required;
@@ -325,9 +361,10 @@ class schema_structures : public json_text_rules {
   // come, and what they require in turn (the least closure: requirements only add names)
   // fit within the names still available; at the end every dependency holds.
   template <class Prop>
-  expr dependent_object(const std::vector<Prop>& props,
-                        const std::vector<std::pair<std::string, std::vector<std::string>>>& deps,
-                        const expr& after, const expr& start, const std::string& path) {
+  [[gnu::noinline]] expr dependent_object(
+      const std::vector<Prop>& props,
+      const std::vector<std::pair<std::string, std::vector<std::string>>>& deps, const expr& after,
+      const expr& start, const std::string& path) {
     const std::size_t n = props.size();
     std::map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < n; ++i) index.emplace(props[i].name, i);
@@ -430,9 +467,10 @@ class schema_structures : public json_text_rules {
   // capped at max_props (or at min_props without a maximum: past it any number will do).
   // Only states from which some ending has a count within the bounds are made.
   template <class Prop>
-  expr counted_object(const std::vector<Prop>& props, const std::optional<expr>& extra_member,
-                      std::size_t min_props, std::optional<std::size_t> max_props,
-                      const std::string& path) {
+  [[gnu::noinline]] expr counted_object(const std::vector<Prop>& props,
+                                        const std::optional<expr>& extra_member,
+                                        std::size_t min_props, std::optional<std::size_t> max_props,
+                                        const std::string& path) {
     const std::size_t n = props.size();
     const std::size_t cap = max_props ? *max_props : min_props;
     if ((n + 1) * (cap + 1) > 100000)
