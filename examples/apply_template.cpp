@@ -23,10 +23,10 @@
 #include <optional>
 #include <string>
 
-#include "cli.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/text/chat_template.hpp"
 #include "npullm/text/vocabulary.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -50,7 +50,7 @@ void usage(const char* argv0) {
 
 std::string read_file(const std::string& flag, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) npullm::cli::refuse(flag, path, "cannot be read");
+  if (!in) npullm_tools::cli::refuse(flag, path, "cannot be read");
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
@@ -58,7 +58,7 @@ std::tm parse_date(const std::string& flag, const std::string& value) {
   std::tm t{};
   const char* end = strptime(value.c_str(), "%d %b %Y", &t);
   if (end == nullptr || *end != '\0')
-    npullm::cli::refuse(flag, value, "want a date as DD Mon YYYY (26 Jul 2024)");
+    npullm_tools::cli::refuse(flag, value, "want a date as DD Mon YYYY (26 Jul 2024)");
   t.tm_isdst = -1;
   std::tm normalized = t;
   std::mktime(&normalized);  // the weekday and day of the year
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      const auto value = [&] { return std::string(npullm::cli::value(argc, argv, i)); };
+      const auto value = [&] { return std::string(npullm_tools::cli::value(argc, argv, i)); };
       if (a == "-h" || a == "--help") {
         usage(argv[0]);
         return 0;
@@ -109,15 +109,16 @@ int main(int argc, char** argv) {
     const json conv = json::parse(conv_text, nullptr, false);
     if (conv.is_discarded() ||
         !(conv.is_array() || (conv.is_object() && conv.contains("messages"))))
-      npullm::cli::refuse("--messages", *messages_file,
-                          "not JSON with \"messages\" (or an array of messages)");
+      npullm_tools::cli::refuse("--messages", *messages_file,
+                                "not JSON with \"messages\" (or an array of messages)");
     text::chat_template t(text::chat_format::chatml);
     if (template_file) {
       t = text::chat_template::from_jinja(read_file("-t", *template_file), bos.value_or(""),
                                           eos.value_or(""));
     } else {
       const auto v = text::vocabulary::from_gguf(*npullm::io::gguf_file::open(*model));
-      if (!v.chat_template) npullm::cli::refuse("-m", *model, "the file has no chat template");
+      if (!v.chat_template)
+        npullm_tools::cli::refuse("-m", *model, "the file has no chat template");
       const auto from_file = text::chat_template::from_vocabulary(v);
       t = text::chat_template::from_jinja(*v.chat_template, bos.value_or(from_file.bos_token()),
                                           eos.value_or(from_file.eos_token()));

@@ -23,7 +23,7 @@
 // allocated for its longest context: what shows that -ctk / -ctv took effect), median_ts,
 // npullm_isa.
 //
-// Counts are whole numbers in their flag's range (examples/cli.hpp): -p / -n / -d 0 up to
+// Counts are whole numbers in their flag's range (tools/cli.hpp): -p / -n / -d 0 up to
 // 999999999, -r from 1, -t 1..1024; a bad one prints the flag and the value, then the usage.
 #include <algorithm>
 #include <array>
@@ -47,18 +47,18 @@
 #include <utility>
 #include <vector>
 
-#include "cli.hpp"
 #include "npullm/core/isa.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/causal_lm.hpp"
 #include "npullm/model/weights.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace model = npullm::model;
-namespace cli = npullm::cli;
+namespace cli = npullm_tools::cli;
 
 constexpr const char* usage_text =
     "usage: npullm_bench [options]\n"

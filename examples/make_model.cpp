@@ -2,7 +2,7 @@
 //   npullm_make_model <preset> <dir> [f32|f16|bf16] [seed] [--vocab-size N]
 // --vocab-size: the preset with another vocabulary size (e.g. a real tokenizer's, so that
 // npullm_quantize --vocab can give it that tokenizer), 1 .. 2^31 - 1 (token ids are int32).
-// seed: 0 .. 2^64 - 1 (default 1). Both whole numbers (examples/cli.hpp), or refused naming them.
+// seed: 0 .. 2^64 - 1 (default 1). Both whole numbers (tools/cli.hpp), or refused naming them.
 // presets: see include/npullm/model/synthetic.hpp (tiny and real-shaped, every family).
 #include <chrono>
 #include <cstdint>
@@ -10,11 +10,11 @@
 #include <limits>
 #include <string>
 
-#include "cli.hpp"
 #include "npullm/model/synthetic.hpp"
+#include "tools/cli.hpp"
 
 int main(int argc, char** argv) {
-  namespace cli = npullm::cli;
+  namespace cli = npullm_tools::cli;
   std::size_t vocab_size = 0;  // 0: the preset's
   std::uint64_t seed = 1;
   try {

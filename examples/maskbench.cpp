@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
-#include "maskbench.hpp"
+#include "tools/cli.hpp"
+#include "tools/maskbench.hpp"
 
 namespace {
 

@@ -26,9 +26,9 @@
 #include <optional>
 #include <string>
 
-#include "cli.hpp"
 #include "npullm/model/quantized_io.hpp"
 #include "npullm/model/weights.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -36,7 +36,7 @@ namespace model = npullm::model;
 using npullm::ops::weight_format;
 
 // FMT of --projections / --embedding (`flag`); the group after ':' a whole number
-// (examples/cli.hpp), whose value the loader then checks against the format.
+// (tools/cli.hpp), whose value the loader then checks against the format.
 std::optional<model::quantization> parse_format(std::string_view flag, const std::string& s) {
   if (s == "none") return std::nullopt;
   const auto colon = s.find(':');
@@ -44,10 +44,10 @@ std::optional<model::quantization> parse_format(std::string_view flag, const std
   model::quantization q;
   if (colon != std::string::npos) {
     const auto group =
-        npullm::cli::parse_integer<std::size_t>(std::string_view(s).substr(colon + 1));
+        npullm_tools::cli::parse_integer<std::size_t>(std::string_view(s).substr(colon + 1));
     if (!group) {
-      npullm::cli::refuse(flag, s,
-                          "the group after ':' must be an integer >= 0 (int4:128, int8:32)");
+      npullm_tools::cli::refuse(flag, s,
+                                "the group after ':' must be an integer >= 0 (int4:128, int8:32)");
     }
     q.group = *group;
   }

@@ -37,7 +37,7 @@
 //                 sampled (grammar/, batch/grammar_processor.hpp); EOS only where it may end;
 //                 JSON with json.dumps' separators ", " and ": " and no other whitespace
 //   -t            threads, 1..1024 (default: the hardware threads)
-// Numbers must be whole values in their flag's range (examples/cli.hpp): "-n 40x", "-t 0" or
+// Numbers must be whole values in their flag's range (tools/cli.hpp): "-n 40x", "-t 0" or
 // "--top-p 2" is refused naming the flag and the value, before anything loads.
 // Generation stops after n tokens or at an end-of-generation token of the vocabulary (EOS,
 // <|im_end|>, <|eot_id|>, ...). Models: what model_weights::load_gguf reads (the README's
@@ -60,8 +60,6 @@
 #include <thread>
 #include <vector>
 
-#include "cli.hpp"
-#include "model_file.hpp"
 #include "npullm/batch/grammar_processor.hpp"
 #include "npullm/batch/sampler.hpp"
 #include "npullm/batch/stop_strings.hpp"
@@ -74,11 +72,13 @@
 #include "npullm/text/chat_template.hpp"
 #include "npullm/text/detokenizer.hpp"
 #include "npullm/text/tokenizer.hpp"
+#include "tools/cli.hpp"
+#include "tools/model_file.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-namespace cli = npullm::cli;
+namespace cli = npullm_tools::cli;
 
 // The most tokens -n and -c take: llama.cpp's are int32 too, and a position past that is no
 // context any model here was trained for.

@@ -43,8 +43,6 @@
 #include <thread>
 #include <vector>
 
-#include "cli.hpp"
-#include "model_file.hpp"
 #include "npullm/batch/grammar_processor.hpp"
 #include "npullm/grammar/grammar_cache.hpp"
 #include "npullm/io/gguf.hpp"
@@ -54,6 +52,8 @@
 #include "npullm/serve/openai.hpp"
 #include "npullm/text/chat_template.hpp"
 #include "npullm/text/tokenizer.hpp"
+#include "tools/cli.hpp"
+#include "tools/model_file.hpp"
 
 namespace {
 

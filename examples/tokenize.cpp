@@ -23,8 +23,8 @@
 #include <sstream>
 #include <string>
 
-#include "cli.hpp"
 #include "npullm/text/tokenizer.hpp"
+#include "tools/cli.hpp"
 
 namespace {
 
@@ -85,10 +85,10 @@ int main(int argc, char** argv) {
   std::optional<std::string> model, prompt, file;
   bool from_stdin = false, ids_only = false, no_bos = false, no_parse_special = false;
   bool no_escape = false, show_count = false;
-  // The value after argv[i] (examples/cli.hpp); none: "error: <flag> needs a value".
+  // The value after argv[i] (tools/cli.hpp); none: "error: <flag> needs a value".
   const auto value = [&](int& i) -> std::string {
     try {
-      return std::string(npullm::cli::value(argc, argv, i));
+      return std::string(npullm_tools::cli::value(argc, argv, i));
     } catch (const npullm::error& e) {
       std::fprintf(stderr, "error: %.*s\n", static_cast<int>(e.message().size()),
                    e.message().data());

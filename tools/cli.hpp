@@ -1,5 +1,6 @@
-// Command-line values of the programs in examples/ (npullm_run, npullm_bench, npullm_quantize,
-// npullm_tokenize, npullm_make_model): not a library header, the programs' own.
+// Command-line values of the programs in examples/ (npullm_run, npullm_server, npullm_bench,
+// npullm_quantize, npullm_tokenize, npullm_apply_template, npullm_make_model, npullm_maskbench):
+// not a library header, the programs' own (tools/: namespace npullm_tools, see tools/README.md).
 //
 // A number must be the whole value, in decimal, inside the range its flag allows; anything
 // else is refused with npullm::error (invalid_argument) whose message names the flag and the
@@ -32,7 +33,7 @@
 
 #include "npullm/core/error.hpp"
 
-namespace npullm::cli {
+namespace npullm_tools::cli {
 
 // The most threads a program takes: more than any host these programs run on has, few enough
 // that a typo (-t 100000000) is refused before a thread pool tries to start them.
@@ -55,7 +56,7 @@ inline std::string shown(std::string_view value) {
 // Throws npullm::error(invalid_argument, "<flag> <value>: <why...>").
 template <class... Why>
 [[noreturn]] void refuse(std::string_view flag, std::string_view value, const Why&... why) {
-  raise(error_code::invalid_argument, flag, " ", shown(value), ": ", why...);
+  npullm::raise(npullm::error_code::invalid_argument, flag, " ", shown(value), ": ", why...);
 }
 
 // The whole of text as a T, or nothing (not a number, a sign T does not have, a suffix, or a
@@ -138,8 +139,14 @@ inline float number(std::string_view flag, std::string_view value, std::string_v
 
 // argv[i + 1], moving i to it; "<flag> needs a value" when argv ends at the flag.
 inline std::string_view value(int argc, char** argv, int& i) {
-  if (i + 1 >= argc) raise(error_code::invalid_argument, argv[i], " needs a value");
+  if (i + 1 >= argc) npullm::raise(npullm::error_code::invalid_argument, argv[i], " needs a value");
   return argv[++i];
 }
 
-}  // namespace npullm::cli
+}  // namespace npullm_tools::cli
+
+// Transitional (issue 60): examples/server.cpp and examples/maskbench.cpp, whose bodies others
+// are editing, still name npullm::cli; remove this alias once they say npullm_tools::cli.
+namespace npullm {
+namespace cli = ::npullm_tools::cli;
+}  // namespace npullm

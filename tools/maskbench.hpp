@@ -1,5 +1,6 @@
 // MaskBench's method (../shared/vectors/maskbench/README.md) for npullm's grammars: the
-// programs' own (npullm_maskbench, and the sample test in tests/grammar), not a library header.
+// programs' own (npullm_maskbench, and the sample test in tests/grammar), not a library header
+// (tools/: namespace npullm_tools, see tools/README.md).
 //
 // Per file: compile the schema (json_schema_grammar + token_grammar: TTFM); a compile error
 // counts against the file. Per test: its `text` tokenized without BOS; for each token, compute
@@ -28,7 +29,7 @@
 #include "npullm/grammar/token_matcher.hpp"
 #include "npullm/text/tokenizer.hpp"
 
-namespace npullm::maskbench {
+namespace npullm_tools::maskbench {
 
 struct file_result {
   std::string name, split;
@@ -60,8 +61,8 @@ inline std::string split_of(const std::string& name) {
   return name.substr(0, end);
 }
 
-inline file_result run_file(const std::filesystem::path& path, const text::tokenizer& tok,
-                            const std::shared_ptr<const grammar::token_index>& index) {
+inline file_result run_file(const std::filesystem::path& path, const npullm::text::tokenizer& tok,
+                            const std::shared_ptr<const npullm::grammar::token_index>& index) {
   using clock = std::chrono::steady_clock;
   const auto us = [](clock::duration d) {
     return std::chrono::duration<double, std::micro>(d).count();
@@ -70,27 +71,27 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
   r.name = path.filename().string();
   r.split = split_of(r.name);
   std::ifstream in(path, std::ios::binary);
-  if (!in) raise(error_code::io, "cannot read ", path.string());
+  if (!in) npullm::raise(npullm::error_code::io, "cannot read ", path.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   nlohmann::ordered_json doc;
   try {
     doc = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::ordered_json::exception& e) {
-    raise(error_code::corrupt_data, path.string(), ": not JSON: ", e.what());
+    npullm::raise(npullm::error_code::corrupt_data, path.string(), ": not JSON: ", e.what());
   }
   if (!doc.contains("schema") || !doc.contains("tests"))
-    raise(error_code::corrupt_data, path.string(), ": no 'schema' or 'tests'");
+    npullm::raise(npullm::error_code::corrupt_data, path.string(), ": no 'schema' or 'tests'");
   const auto start = clock::now();
-  std::shared_ptr<grammar::token_grammar> g;
+  std::shared_ptr<npullm::grammar::token_grammar> g;
   try {
-    g = std::make_shared<grammar::token_grammar>(grammar::json_schema_grammar(doc["schema"]),
-                                                 index);
+    g = std::make_shared<npullm::grammar::token_grammar>(
+        npullm::grammar::json_schema_grammar(doc["schema"]), index);
     r.compiled = true;
   } catch (const npullm::error& e) {
     r.error = std::string(e.message());
   }
   r.ttfm_us = us(clock::now() - start);
-  std::vector<std::uint64_t> mask(grammar::mask_words(index->size()));
+  std::vector<std::uint64_t> mask(npullm::grammar::mask_words(index->size()));
   // The end token that closes each text: a vocabulary may have no EOS id (eos = -1, which
   // mask_test would read out of the mask): its first end-of-generation id then, or none (the
   // end is then checked by can_end).
@@ -103,13 +104,13 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
     const std::string s = t.contains("text") ? t["text"].get<std::string>() : t["data"].dump();
     auto ids = tok.encode(s, {.add_special = false});
     if (eos >= 0) ids.push_back(eos);
-    grammar::token_matcher m(g);
+    npullm::grammar::token_matcher m(g);
     bool accepted = true;
     std::string prefix;
     for (const std::int32_t id : ids) {
       const auto t0 = clock::now();
       m.fill_mask(mask);
-      const bool ok = grammar::mask_test(mask, id);
+      const bool ok = npullm::grammar::mask_test(mask, id);
       if (ok) m.accept(id);
       r.tbm_us.push_back(us(clock::now() - t0));
       if (!ok) {
@@ -129,4 +130,10 @@ inline file_result run_file(const std::filesystem::path& path, const text::token
   return r;
 }
 
-}  // namespace npullm::maskbench
+}  // namespace npullm_tools::maskbench
+
+// Transitional (issue 60): examples/maskbench.cpp, whose body another agent is editing, still
+// names npullm::maskbench; remove this alias once it says npullm_tools::maskbench.
+namespace npullm {
+namespace maskbench = ::npullm_tools::maskbench;
+}  // namespace npullm

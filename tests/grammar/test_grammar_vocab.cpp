@@ -1,7 +1,7 @@
 // Grammars over Llama 3's vocabulary (../shared/vocab/ggml-vocab-llama-bpe.gguf): token masks
 // against a brute-force reference, special tokens, tokens that span grammar boundaries and
 // split UTF-8 characters, and a deterministic sample of MaskBench (../shared/vectors/maskbench)
-// run by MaskBench's method (examples/maskbench.hpp): no invalidation error allowed. Skipped,
+// run by MaskBench's method (tools/maskbench.hpp): no invalidation error allowed. Skipped,
 // saying so, where ../shared is absent.
 #include <gtest/gtest.h>
 
@@ -16,12 +16,12 @@
 #include <thread>
 #include <vector>
 
-#include "maskbench.hpp"
 #include "npullm/grammar/gbnf.hpp"
 #include "npullm/grammar/grammar_cache.hpp"
 #include "npullm/grammar/json_schema.hpp"
 #include "npullm/grammar/token_matcher.hpp"
 #include "npullm/text/tokenizer.hpp"
+#include "tools/maskbench.hpp"
 
 namespace {
 
@@ -209,7 +209,7 @@ TEST(grammar_vocab, maskbench_sample_has_no_invalidation_errors) {
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t n = 0, passing = 0, compiled = 0, invalidation = 0, validation = 0, masks = 0;
   for (std::size_t k = 0; k < files.size(); k += 24) {
-    const auto r = npullm::maskbench::run_file(files[k], vocab().tok, vocab().index);
+    const auto r = npullm_tools::maskbench::run_file(files[k], vocab().tok, vocab().index);
     ++n;
     passing += r.passing();
     compiled += r.compiled;
