@@ -56,6 +56,25 @@ inline std::shared_ptr<const npullm::grammar::token_index> toy_index() {
   return index;
 }
 
+// The checks on one mask of a matcher in state `state`: each token is in it exactly when the
+// brute-force reference (the token's bytes walked one by one) takes it, and EOS exactly when
+// the matcher can end. Returns the allowed ids; a difference throws violation.
+inline std::vector<std::int32_t> check_mask(npullm::grammar::token_grammar& tg,
+                                            npullm::grammar::token_grammar::state_id state,
+                                            const std::vector<std::uint64_t>& mask, bool can_end) {
+  namespace g = npullm::grammar;
+  const auto n = static_cast<std::int32_t>(tg.index().size());
+  std::vector<std::int32_t> allowed;
+  for (std::int32_t id = 0; id < n; ++id) {
+    const bool in = g::mask_test(mask, id);
+    require(in == (tg.next(state, id) != g::byte_automaton::dead),
+            "mask differs from the brute-force reference");
+    if (in) allowed.push_back(id);
+  }
+  require(g::mask_test(mask, 0) == can_end, "EOS in the mask differs from can_end");
+  return allowed;
+}
+
 inline void run_one(std::string_view input) {
   namespace g = npullm::grammar;
   if (input.empty() || input.size() > 4096) return;
@@ -79,14 +98,7 @@ inline void run_one(std::string_view input) {
   for (std::size_t step = 0; step < 24 && !m.finished(); ++step) {
     const auto mask = m.mask();
     masks.push_back(mask);
-    std::vector<std::int32_t> allowed;
-    for (std::int32_t id = 0; id < n; ++id) {
-      const bool in = g::mask_test(mask, id);
-      require(in == (tg->next(m.state(), id) != g::byte_automaton::dead),
-              "mask differs from the brute-force reference");
-      if (in) allowed.push_back(id);
-    }
-    require(g::mask_test(mask, 0) == m.can_end(), "EOS in the mask differs from can_end");
+    const std::vector<std::int32_t> allowed = check_mask(*tg, m.state(), mask, m.can_end());
     for (std::int32_t id = 0; id < n; ++id) {
       if (g::mask_test(mask, id)) continue;
       const auto before = m.accepted();

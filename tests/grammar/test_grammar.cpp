@@ -461,9 +461,7 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
       {R"({"type": "string", "format": "ipv4", "maxLength": 8})",
        {R"("1.2.3.4")", R"("10.2.3.4")"},
        {R"("10.20.3.4")", R"("1.2.3")"}},
-      {R"({"type": "string", "format": "email", "minLength": 6})",
-       {R"("ab@c.d")"},
-       {R"("a@b.c")"}},
+      {R"({"type": "string", "format": "email", "minLength": 6})", {R"("ab@c.d")"}, {R"("a@b.c")"}},
       // Non-integer bounds on numbers: decimal texts compared digit by digit.
       {R"({"type": "number", "minimum": 0.5, "maximum": 99.99})",
        {"0.5", "0.50", "0.7", "1", "42.123", "99.99", "99.9", "99.990", "99"},
@@ -492,7 +490,9 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
       {R"({"type": "integer", "multipleOf": 7})",
        {"0", "7", "-14", "700", "1001", "-9999997"},
        {"1", "8", "-15", "1000", "07"}},
-      {R"({"type": "integer", "multipleOf": 5, "minimum": 1})", {"5", "10", "95"}, {"0", "-5", "6"}},
+      {R"({"type": "integer", "multipleOf": 5, "minimum": 1})",
+       {"5", "10", "95"},
+       {"0", "-5", "6"}},
       {R"({"type": "integer", "multipleOf": 3, "minimum": -4, "maximum": 10})",
        {"-3", "0", "3", "9"},
        {"-6", "12", "1", "-4"}},
@@ -504,6 +504,13 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
                      {"type": "string", "enum": ["c", "ab"]}]})",
        {R"("a")", R"("xbx")", R"("c")"},
        {R"("ab")", R"("ba")", R"("x")", R"("")"}},
+      // uniqueItems over a few constants.
+      {R"({"type": "array", "items": {"enum": ["a", "b", 3]}, "uniqueItems": true, "minItems": 1})",
+       {R"(["a"])", R"([3, "a"])", R"(["b", 3, "a"])"},
+       {"[]", R"(["a", "a"])", R"([3, "b", 3])", R"(["c"])"}},
+      {R"({"type": "array", "items": {"type": "boolean"}, "uniqueItems": true})",
+       {"[]", "[true]", "[false, true]"},
+       {"[true, true]", "[false, true, false]"}},
       // minProperties / maxProperties counted.
       {R"({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 1,
            "additionalProperties": false})",
@@ -552,6 +559,7 @@ TEST(json_schema, unsupported_keywords_are_refused_by_name) {
        "'patternProperties'"},
       {R"({"if": {"type": "string"}, "then": {"minLength": 1}})", "'if'"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
+      {R"({"type": "array", "items": {"enum": [1, 1.0]}, "uniqueItems": true})", "'uniqueItems'"},
       {R"({"type": "array", "contains": {"type": "integer"}})", "'contains'"},
       {R"({"type": "number", "minimum": 1e300})", "'minimum'"},
       {R"({"oneOf": [{"type": "object"}, {"type": "object", "properties": {"a": {}}}]})",
@@ -1115,8 +1123,23 @@ TEST(grammar_fuzz, json_schema_corpus_replays) {
 }
 
 // The checks can fail.
+// The harness's mask check catches a wrong mask: a real mask passes it; the same mask with one
+// token added (a token the grammar cannot take there) or one allowed token taken away, and a
+// wrong can_end, each throw.
 TEST(grammar_fuzz, checks_catch_a_violation) {
-  EXPECT_THROW(npullm_fuzz_grammar::require(false, "x"), npullm_fuzz_grammar::violation);
+  namespace f = npullm_fuzz_grammar;
+  auto tg = std::make_shared<token_grammar>(parse_gbnf(R"(root ::= "{" "a"* "}")"), f::toy_index());
+  token_matcher m(tg);
+  const auto mask = m.mask();
+  const auto allowed = f::check_mask(*tg, m.state(), mask, m.can_end());
+  ASSERT_EQ(allowed, std::vector<std::int32_t>({1}));  // "{" alone ("{\"" cannot)
+  auto wrong = mask;
+  wrong[0] |= std::uint64_t{1} << 2;  // "}" cannot come first
+  EXPECT_THROW(f::check_mask(*tg, m.state(), wrong, m.can_end()), f::violation);
+  wrong = mask;
+  wrong[0] &= ~(std::uint64_t{1} << 1);  // "{" can
+  EXPECT_THROW(f::check_mask(*tg, m.state(), wrong, m.can_end()), f::violation);
+  EXPECT_THROW(f::check_mask(*tg, m.state(), mask, true), f::violation);
 }
 
 }  // namespace

@@ -138,7 +138,6 @@ class schema_compiler : public schema_structures {
         refuse(path, k);
       }
     }
-    if (s.contains("uniqueItems") && s["uniqueItems"] == true) refuse(path, "uniqueItems");
   }
 
   // A schema's instances. Never returns never() for a schema that accepts something.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,9 +40,73 @@ class schema_structures : public json_text_rules {
 
   // A subschema's instances (never() when it accepts nothing).
   virtual expr value(const json& s, const std::string& path) = 0;
+  // A schema's language as a byte automaton (compact whitespace): over the whole JSON
+  // string ("...") for keys (patternProperties, propertyNames) and string lengths; null
+  // when it accepts nothing.
+  virtual std::unique_ptr<byte_automaton> key_language(const json& s, const std::string& path) = 0;
 
   // ---- arrays ---------------------------------------------------------------------------------
+  // uniqueItems over a few constants (an enum or const of at most 8 values that are no
+  // objects, or booleans): a rule per set of values written so far, each value at most once.
+  [[gnu::noinline]] expr unique_array(const json& s, const std::string& path) {
+    if (s.contains("prefixItems") || (s.contains("items") && s["items"].is_array()))
+      refuse(path, "uniqueItems", "with a prefix of items");
+    const json items = inline_refs(s.contains("items") ? s["items"] : json(true), path + "/items");
+    std::vector<json> domain;
+    if (items.is_object() && has_values(items)) {
+      domain = values_of(items);
+    } else if (items.is_object() && items.contains("type") && items["type"] == "boolean") {
+      domain = {json(true), json(false)};
+    } else if (items.is_object() && items.contains("type") && items["type"] == "null") {
+      domain = {json(nullptr)};
+    } else {
+      refuse(path, "uniqueItems", "items other than a few constants (enum, const, boolean)");
+    }
+    const auto lang = key_language(items, path + "/items");
+    std::vector<json> vals;
+    for (const auto& v : domain) {
+      if (v.is_object()) refuse(path, "uniqueItems", "object items");
+      if (!lang || !lang->matches(v.dump())) continue;
+      for (const auto& w : vals)
+        if (w == v || (v.is_number() && w.is_number() && v.get<double>() == w.get<double>()))
+          refuse(path, "uniqueItems", "items equal as numbers but written apart");
+      vals.push_back(v);
+    }
+    if (vals.size() > 8) refuse(path, "uniqueItems", "more than 8 distinct items");
+    const std::uint32_t d = static_cast<std::uint32_t>(vals.size());
+    const std::uint32_t min = count(s, "minItems", path).value_or(0);
+    const std::uint32_t max =
+        std::min<std::uint32_t>(d, s.contains("maxItems") ? *count(s, "maxItems", path) : d);
+    if (min > max) return never();
+    const expr sep = item_sep();
+    std::vector<expr> lits;
+    for (const auto& v : vals) lits.push_back(json_literal(v));
+    // R(mask): after the items of mask, at least one written.
+    std::vector<std::uint32_t> rule(std::size_t{1} << d, 0);
+    for (std::uint32_t m = 1; m < (1u << d); ++m) rule[m] = b_.fresh("unique");
+    for (std::uint32_t m = 1; m < (1u << d); ++m) {
+      const auto n = static_cast<std::uint32_t>(std::popcount(m));
+      std::vector<expr> alts;
+      if (n >= min) alts.push_back(expr::sequence());
+      if (n < max)
+        for (std::uint32_t k = 0; k < d; ++k)
+          if (!(m >> k & 1))
+            alts.push_back(expr::sequence({sep, lits[k], expr::call(rule[m | 1u << k])}));
+      if (alts.empty()) alts.push_back(never());
+      b_.define(rule[m], alts.size() == 1 ? alts[0] : expr::choice(std::move(alts)));
+    }
+    std::vector<expr> first;
+    if (min == 0) first.push_back(expr::sequence());
+    if (max > 0)
+      for (std::uint32_t k = 0; k < d; ++k)
+        first.push_back(expr::sequence({lits[k], expr::call(rule[1u << k])}));
+    if (first.empty()) return never();
+    return expr::sequence(
+        {lit("["), ws(), first.size() == 1 ? first[0] : expr::choice(first), ws(), lit("]")});
+  }
+
   expr array(const json& s, const std::string& path) {
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) return unique_array(s, path);
     std::vector<expr> prefix;
     std::optional<expr> rest;  // nullopt: no items after the prefix
     const auto item_of = [&](const json& x, const std::string& p) { return value(x, p); };
@@ -110,9 +175,6 @@ class schema_structures : public json_text_rules {
   }
 
   // ---- objects --------------------------------------------------------------------------------
-  // A string schema's language as a byte automaton over the whole JSON string ("..."), for
-  // keys (patternProperties, propertyNames); null when it accepts no string.
-  virtual std::unique_ptr<byte_automaton> key_language(const json& s, const std::string& path) = 0;
 
   // The key languages of an object: patternProperties' patterns (with their schemas) and
   // propertyNames last; null automata accept no string.
