@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "npullm/core/error.hpp"
+#include "npullm/text/unicode.hpp"
 
 namespace npullm::grammar {
 
@@ -174,32 +175,15 @@ struct expr {
 
 namespace detail {
 
-// Decodes one UTF-8 sequence of s at i (i moves past it); false for invalid UTF-8.
+// Decodes one UTF-8 sequence of s at i (i moves past it); false for invalid UTF-8 (overlong,
+// surrogate, past U+10FFFF, truncated, a stray continuation byte): text/unicode.hpp's decoder.
 inline bool next_code_point(std::string_view s, std::size_t& i, char32_t& cp) noexcept {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  std::size_t n = 0;
-  char32_t min = 0;
-  if (b0 < 0x80) {
-    cp = b0;
-    ++i;
-    return true;
-  } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 1, cp = b0 & 0x1F, min = 0x80;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 2, cp = b0 & 0x0F, min = 0x800;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 3, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    return false;
-  }
-  if (i + n >= s.size()) return false;  // truncated
-  for (std::size_t k = 1; k <= n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return false;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > max_code_point || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-  i += n + 1;
+  if (i >= s.size()) return false;
+  std::uint32_t v = 0;
+  const std::size_t n = text::decode_utf8(s.substr(i), v);
+  if (v == text::invalid_code_point) return false;
+  cp = static_cast<char32_t>(v);
+  i += n;
   return true;
 }
 

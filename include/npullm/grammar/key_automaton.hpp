@@ -30,6 +30,7 @@
 #include "npullm/grammar/automaton.hpp"
 #include "npullm/grammar/grammar.hpp"
 #include "npullm/grammar/schema_common.hpp"
+#include "npullm/text/unicode.hpp"
 
 namespace npullm::grammar::detail {
 
@@ -76,19 +77,10 @@ inline std::vector<std::pair<std::uint32_t, expr>> key_signatures(
   std::vector<std::int64_t> end_sig;  // -1: no key ends here
   const auto utf8 = [](char32_t cp) {
     std::string s;
-    if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    }
-    s += static_cast<char>(0x80 | (cp & 0x3F));
+    text::append_utf8(s, static_cast<std::uint32_t>(cp));
     return s;
   };
+
   const auto intern = [&](state s) {
     const auto it = ids.find(s);
     if (it != ids.end()) return it->second;
