@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "npullm/batch/drafts.hpp"
 #include "npullm/batch/grammar_processor.hpp"
 #include "npullm/grammar/grammar_cache.hpp"
 #include "npullm/io/gguf.hpp"
@@ -57,7 +58,7 @@
 
 namespace {
 
-namespace cli = npullm::cli;
+namespace cli = npullm_tools::cli;
 namespace serve = npullm::serve;
 using serve::json;
 using npullm::error;
@@ -79,13 +80,16 @@ struct options {
   std::size_t body_limit = 8u << 20;
   double drain_timeout = 30;
   bool batch_invariant = true;  // --no-batch-invariant: dense weights as fast as they go
+  std::optional<std::string> draft;  // --draft FILE.gguf: speculative decoding with that model
+  std::size_t draft_max = 4;         // --draft-max N: proposals per sequence a step
 };
 
 void usage(const char* argv0) {
   std::printf(
       "usage: %s -m FILE.gguf [--host 127.0.0.1] [--port 8080] [-t N] [--parallel N]\n"
       "          [--ctx-size N] [--max-queue N] [--api-key KEY] [--chat-template-file F]\n"
-      "          [--alias NAME] [--body-limit BYTES] [--drain-timeout S] [--no-batch-invariant]\n\n"
+      "          [--alias NAME] [--body-limit BYTES] [--drain-timeout S] [--no-batch-invariant]\n"
+      "          [--draft FILE.gguf [--draft-max N]]\n\n"
       "An OpenAI-compatible server (/v1/chat/completions, /v1/completions, /v1/models,\n"
       "/health, /metrics, /tokenize, /detokenize, /apply-template).\n"
       "  --parallel N     sequences decoded together (default 4); -np is the same\n"
@@ -94,7 +98,10 @@ void usage(const char* argv0) {
       "  --max-queue N    requests waiting beyond --parallel before 503 (default 64)\n"
       "  --api-key KEY    requests need 'Authorization: Bearer KEY' (/health excepted)\n"
       "  --no-batch-invariant  dense (bf16 / f16 / f32) weights without the packed LM head\n"
-      "                   and panels that make a request's output independent of the load\n",
+      "                   and panels that make a request's output independent of the load\n"
+      "  --draft FILE     speculative decoding: FILE (same vocabulary, smaller) proposes, the\n"
+      "                   model verifies; -md / --model-draft are the same\n"
+      "  --draft-max N    tokens proposed per sequence a step (default 4)\n",
       argv0);
 }
 
@@ -176,6 +183,7 @@ class model_service final : public service {
   using config = npullm::model::pipeline_config<npullm::model::block_kv<npullm::bfloat16, 16>,
                                                 npullm::model::dynamic_attention<>, W>;
   using lm_type = npullm::model::causal_lm<config>;
+  using draft_type = npullm::batch::model_draft<lm_type>;
 
   model_service(const options& o, npullm::text::tokenizer tok,
                 std::optional<npullm::text::chat_template> tmpl, std::string name,
@@ -186,15 +194,20 @@ class model_service final : public service {
         name_(std::move(name)),
         counters_(counters),
         pool_(o.threads),
-        lm_(load(o), npullm::model::pipeline_options{.max_sequence = o.ctx,
-                                                     .kv_capacity = o.ctx,
-                                                     .pool = &pool_,
-                                                     .batch_invariant = o.batch_invariant}),
+        lm_(load(o.model), pipeline_options(o)),
         grammars_(std::make_shared<const npullm::grammar::token_index>(
                       npullm::grammar::token_index::of(tok_)),
-                  16),
-        engine_(lm_, {.parallel = o.parallel, .max_queue = o.max_queue}) {
+                  16) {
     vocab_ = std::min(lm_.config().vocab_size, tok_.size());
+    const serve::engine_options eo{
+        .parallel = o.parallel, .max_queue = o.max_queue, .draft_tokens = o.draft_max};
+    if (o.draft) {  // its own pipeline and KV pool, as large as the model's
+      draft_lm_.emplace(load(*o.draft), pipeline_options(o));
+      draft_.emplace(*draft_lm_);
+      speculative_ = std::make_unique<serve::engine<lm_type, draft_type>>(lm_, *draft_, eo);
+    } else {
+      plain_ = std::make_unique<serve::engine<lm_type>>(lm_, eo);
+    }
   }
 
   void completion(const httplib::Request& req, httplib::Response& res,
@@ -226,10 +239,12 @@ class model_service final : public service {
     try {
       for (std::size_t i = 0; i < r.n; ++i) {
         // Choice i of a seeded request: seed + i, so choices differ and each is reproducible.
-        streams.push_back(engine_.submit(request_of(r, prompt, max_new, seed + i, constraint)));
+        streams.push_back(with_engine([&](auto& e) {
+          return e.submit(request_of(r, prompt, max_new, seed + i, constraint));
+        }));
       }
     } catch (const error& e) {
-      for (auto& s : streams) engine_.cancel(*s);
+      for (auto& s : streams) with_engine([&](auto& e) { e.cancel(*s); });
       if (e.code() == error_code::capacity_exhausted) {
         ++counters_.rejected_busy;
         return send_error(res, make_error(503, "The server is busy: " + std::string(e.message()) +
@@ -315,7 +330,7 @@ class model_service final : public service {
   }
 
   void metrics(httplib::Response& res) override {
-    const serve::engine_metrics m = engine_.metrics();
+    const serve::engine_metrics m = with_engine([](auto& e) { return e.metrics(); });
     std::ostringstream out;
     const auto metric = [&](const char* name, const char* type, const char* help, double v) {
       out << "# HELP npullm_" << name << ' ' << help << "\n# TYPE npullm_" << name << ' ' << type
@@ -335,6 +350,10 @@ class model_service final : public service {
     metric("engine_steps_total", "counter", "Generator steps.", double(m.steps));
     metric("engine_step_seconds_total", "counter", "Seconds in generator steps.", m.step_seconds);
     metric("preemptions_total", "counter", "Sequences preempted for KV blocks.", double(m.preemptions));
+    metric("draft_tokens_proposed_total", "counter", "Draft tokens verified (--draft).",
+           double(m.draft_proposed));
+    metric("draft_tokens_accepted_total", "counter", "Draft tokens accepted (--draft).",
+           double(m.draft_accepted));
     metric("kv_blocks_total", "gauge", "KV blocks in the pool.", double(m.blocks_total));
     metric("kv_blocks_free", "gauge", "KV blocks free (those holding cached prefixes too: a hit takes one back, else it is evicted on demand).",
            double(m.blocks_free));
@@ -344,7 +363,7 @@ class model_service final : public service {
   }
 
   bool drain(double seconds) override {
-    return engine_.drain(std::chrono::duration<double>(seconds));
+    return with_engine([&](auto& e) { return e.drain(std::chrono::duration<double>(seconds)); });
   }
 
  private:
@@ -365,8 +384,18 @@ class model_service final : public service {
     clock_type::time_point last_write = clock_type::now();
   };
 
-  static std::shared_ptr<const npullm::model::model_weights<W>> load(const options& o) {
-    return npullm::model::model_weights<W>::load_gguf(o.model);
+  static std::shared_ptr<const npullm::model::model_weights<W>> load(const std::string& path) {
+    return npullm::model::model_weights<W>::load_gguf(path);
+  }
+  npullm::model::pipeline_options pipeline_options(const options& o) {
+    return {.max_sequence = o.ctx, .kv_capacity = o.ctx, .pool = &pool_,
+            .batch_invariant = o.batch_invariant};
+  }
+  // f on the engine in use: with a draft, or plain.
+  template <class F>
+  decltype(auto) with_engine(F&& f) {
+    if (speculative_) return f(*speculative_);
+    return f(*plain_);
   }
 
   std::string render(const serve::completion_request& r) const {
@@ -464,7 +493,7 @@ class model_service final : public service {
 
   void cancel_all(response_job& job) {
     for (auto& s : job.streams) {
-      if (!s->cancelled()) engine_.cancel(*s);
+      if (!s->cancelled()) with_engine([&](auto& e) { e.cancel(*s); });
     }
   }
 
@@ -768,7 +797,11 @@ class model_service final : public service {
   lm_type lm_;
   npullm::grammar::grammar_cache grammars_;
   std::size_t vocab_ = 0;
-  serve::engine<lm_type> engine_;  // last: its thread stops first
+  std::optional<lm_type> draft_lm_;  // --draft
+  std::optional<draft_type> draft_;
+  // Last: an engine's thread stops first. One of the two is made.
+  std::unique_ptr<serve::engine<lm_type>> plain_;
+  std::unique_ptr<serve::engine<lm_type, draft_type>> speculative_;
 };
 
 std::unique_ptr<service> load_service(const options& o, http_counters& counters) {
@@ -835,9 +868,10 @@ options parse_options(int argc, char** argv, bool& help) {
       o.drain_timeout = cli::number(a, value(), "drain-timeout", cli::range::at_least(0));
     } else if (a == "--no-batch-invariant") {
       o.batch_invariant = false;
-    } else if (a == "--draft" || a == "-md") {
-      cli::refuse(a, value(), "speculative decoding is not served yet (batch::generator<LM, Draft> ",
-                  "has it; npullm_server does not wire a draft model)");
+    } else if (a == "--draft" || a == "-md" || a == "--model-draft") {
+      o.draft = value();
+    } else if (a == "--draft-max") {
+      o.draft_max = cli::integer<std::size_t>(a, value(), "draft-max", 1, 64);
     } else {
       raise(error_code::invalid_argument, "unknown option '", a, "' (-h for help)");
     }
@@ -1003,9 +1037,10 @@ int main(int argc, char** argv) {
     loaded = load_service(o, counters);
     svc = loaded.get();
     std::fprintf(stderr,
-                 "npullm_server: ready in %.2f s: %s, %zu threads, %zu parallel, ctx %zu, queue %zu\n",
+                 "npullm_server: ready in %.2f s: %s, %zu threads, %zu parallel, ctx %zu, queue %zu%s%s\n",
                  std::chrono::duration<double>(clock_type::now() - t).count(), model_name.c_str(),
-                 o.threads, o.parallel, o.ctx, o.max_queue);
+                 o.threads, o.parallel, o.ctx, o.max_queue, o.draft ? ", draft " : "",
+                 o.draft ? (*o.draft + " (" + std::to_string(o.draft_max) + " a step)").c_str() : "");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     exit_code = 1;

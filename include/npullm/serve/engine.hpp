@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -53,6 +54,7 @@ struct engine_options {
   std::size_t parallel = 4;    // sequences decoded together at most (the generator's max_batch)
   std::size_t max_queue = 64;  // requests waiting beyond those: more are refused
   bool prefix_cache = true;
+  std::size_t draft_tokens = 4;  // an engine with a draft: proposals per sequence a step (k)
 };
 
 // What the engine reports (a snapshot, consistent with itself).
@@ -70,6 +72,8 @@ struct engine_metrics {
   std::size_t cancelled = 0;
   std::size_t failed = 0;
   double step_seconds = 0;  // time in generator steps
+  std::size_t draft_proposed = 0;  // draft tokens verified (an engine with a draft)
+  std::size_t draft_accepted = 0;  // of those, accepted
 };
 
 // One request's output on its way from the engine thread to a reader.
@@ -104,7 +108,7 @@ class output_stream {
   [[nodiscard]] std::size_t prompt_tokens() const noexcept { return prompt_tokens_.load(); }
 
  private:
-  template <class LM>
+  template <class LM, class Draft>
   friend class engine;
   void add_text(std::string_view t) {
     const std::lock_guard<std::mutex> lock(m_);
@@ -139,14 +143,18 @@ class output_stream {
   std::atomic<std::size_t> prompt_tokens_{0};
 };
 
-template <class LM>
+// engine<LM>: plain decoding; engine<LM, Draft>: speculative decoding with a draft (a
+// batch::model_draft over a second pipeline, say), options.draft_tokens proposals per sequence a
+// step, verified by the generator (batch/generate.hpp).
+template <class LM, class Draft = batch::no_draft>
 class engine {
+  static constexpr bool speculative = !std::is_same_v<Draft, batch::no_draft>;
+
  public:
-  engine(LM& lm, engine_options options) : lm_(&lm), options_(options) {
-    if (options.parallel == 0) raise(error_code::invalid_argument, "engine: parallel 0");
-    make_generator();
-    thread_ = std::thread([this] { loop(); });
-  }
+  engine(LM& lm, engine_options options) requires(!speculative) : engine(lm, nullptr, options) {}
+  // The draft must outlive the engine; it is used on the engine thread only.
+  engine(LM& lm, Draft& draft, engine_options options) requires speculative
+      : engine(lm, &draft, options) {}
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
   ~engine() { stop(); }
@@ -227,6 +235,13 @@ class engine {
     std::size_t sent = 0;  // result tokens handed to the stream
   };
 
+  engine(LM& lm, Draft* draft, engine_options options)
+      : lm_(&lm), draft_(draft), options_(options) {
+    if (options.parallel == 0) raise(error_code::invalid_argument, "engine: parallel 0");
+    make_generator();
+    thread_ = std::thread([this] { loop(); });
+  }
+
   void make_generator() {
     if (gen_) {  // its totals stay in the metrics
       const batch::generator_stats& st = gen_->stats();
@@ -234,11 +249,18 @@ class engine {
       base_.prefill_tokens += st.prefill_tokens;
       base_.reused_tokens += st.reused_tokens;
       base_.preemptions += st.preemptions;
+      base_.proposed += st.proposed;
+      base_.accepted += st.accepted;
     }
     gen_.reset();  // every table freed: the pool is whole again
-    gen_ = std::make_unique<batch::generator<LM>>(
-        *lm_, batch::generator_options{.max_batch = options_.parallel,
-                                       .prefix_cache = options_.prefix_cache});
+    batch::generator_options go{.max_batch = options_.parallel,
+                                .prefix_cache = options_.prefix_cache};
+    if constexpr (speculative) {
+      go.draft_tokens = options_.draft_tokens;
+      gen_ = std::make_unique<generator_type>(*lm_, *draft_, go);
+    } else {
+      gen_ = std::make_unique<generator_type>(*lm_, go);
+    }
   }
 
   void loop() {
@@ -337,6 +359,8 @@ class engine {
 
   void fail_all(const error& e) {
     for (auto& [id, a] : active_) {
+      // The draft's state of a request (its KV in the draft's pool) goes with the generator.
+      if constexpr (requires { draft_->forget(std::size_t{}); }) draft_->forget(id);
       done_one(&metrics_.failed);
       a.out->finish(batch::finish_reason::running, e);
     }
@@ -365,11 +389,15 @@ class engine {
     metrics_.blocks_total = lm_->kv_pool().total_count();
     metrics_.blocks_free = lm_->kv_pool().free_count();
     metrics_.step_seconds = step_seconds_;
+    metrics_.draft_proposed = base_.proposed + st.proposed;
+    metrics_.draft_accepted = base_.accepted + st.accepted;
   }
 
+  using generator_type = batch::generator<LM, Draft>;
   LM* lm_;
+  Draft* draft_;
   engine_options options_;
-  std::unique_ptr<batch::generator<LM>> gen_;
+  std::unique_ptr<generator_type> gen_;
   batch::generator_stats base_{};
   active_map active_;  // the engine thread's only
   std::size_t generated_ = 0;
