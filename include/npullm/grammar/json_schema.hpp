@@ -19,7 +19,8 @@
 //            (members counted), dependencies / dependentRequired (lists, or schemas listing
 //            only required: names written tracked along the properties)
 //   array    items (a schema, or a list: draft 4-7 prefix), prefixItems, additionalItems,
-//            minItems, maxItems
+//            minItems, maxItems, uniqueItems over a few constants (an enum / const of at
+//            most 8 values that are no objects, booleans)
 //   string   minLength, maxLength, pattern (a regex subset, Python's re.search semantics: a
 //            pattern not anchored with ^ / $ may have text around its match), format
 //            (date-time, date, time, uuid, email, uri, ipv4; the other formats JSON Schema
@@ -46,7 +47,7 @@
 //   $ref to "#", "#/definitions/...", "#/$defs/..." and any JSON pointer in the document
 //   (recursive schemas become recursive rules); siblings of $ref merge as allOf.
 // Refused (unsupported): other forms of not, if / then / else, dependentSchemas, unevaluated*,
-// contains, uniqueItems true, other multipleOf, bounds past 1e15 on numbers, remote $ref,
+// contains, other uniqueItems, other multipleOf, bounds past 1e15 on numbers, remote $ref,
 // unicode property classes and look-around / back-references in patterns, key patterns
 // that tell non-ASCII characters apart.
 //
