@@ -69,7 +69,7 @@ void print(const std::string& title, totals t) {
   std::printf("| timeout (> 10 s) | %zu |\n", t.timeouts);
 }
 
-void add(totals& t, const npullm::maskbench::file_result& r) {
+void add(totals& t, const npullm_tools::maskbench::file_result& r) {
   ++t.files;
   t.passing += r.passing();
   t.compile_errors += !r.compiled;
@@ -91,13 +91,13 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--vocab") {
-        vocab = npullm::cli::value(argc, argv, i);
+        vocab = npullm_tools::cli::value(argc, argv, i);
       } else if (a == "--every") {
-        every = npullm::cli::integer<std::size_t>(a, npullm::cli::value(argc, argv, i), "every", 1,
-                                                  1000000);
+        every = npullm_tools::cli::integer<std::size_t>(a, npullm_tools::cli::value(argc, argv, i),
+                                                        "every", 1, 1000000);
       } else if (a == "--limit") {
-        limit = npullm::cli::integer<std::size_t>(a, npullm::cli::value(argc, argv, i), "limit", 1,
-                                                  100000000);
+        limit = npullm_tools::cli::integer<std::size_t>(a, npullm_tools::cli::value(argc, argv, i),
+                                                        "limit", 1, 100000000);
       } else if (a == "--verbose") {
         verbose = true;
       } else if (a == "-h" || a == "--help") {
@@ -140,13 +140,13 @@ int main(int argc, char** argv) {
     std::vector<std::pair<double, std::string>> slowest;         // per file: its slowest mask
     std::vector<std::pair<std::size_t, std::string>> most_slow;  // per file: masks over 500 us
     for (const auto& f : chosen) {
-      npullm::maskbench::file_result r;
+      npullm_tools::maskbench::file_result r;
       try {
-        r = npullm::maskbench::run_file(f, tok, index);
+        r = npullm_tools::maskbench::run_file(f, tok, index);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "crash: %s: %s\n", f.string().c_str(), e.what());
         ++all.crashes;
-        ++splits[npullm::maskbench::split_of(f.filename().string())].crashes;
+        ++splits[npullm_tools::maskbench::split_of(f.filename().string())].crashes;
         continue;
       }
       if (!r.tbm_us.empty())

@@ -144,9 +144,3 @@ inline std::string_view value(int argc, char** argv, int& i) {
 }
 
 }  // namespace npullm_tools::cli
-
-// Transitional (issue 60): examples/server.cpp and examples/maskbench.cpp, whose bodies others
-// are editing, still name npullm::cli; remove this alias once they say npullm_tools::cli.
-namespace npullm {
-namespace cli = ::npullm_tools::cli;
-}  // namespace npullm

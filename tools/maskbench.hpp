@@ -131,9 +131,3 @@ inline file_result run_file(const std::filesystem::path& path, const npullm::tex
 }
 
 }  // namespace npullm_tools::maskbench
-
-// Transitional (issue 60): examples/maskbench.cpp, whose body another agent is editing, still
-// names npullm::maskbench; remove this alias once it says npullm_tools::maskbench.
-namespace npullm {
-namespace maskbench = ::npullm_tools::maskbench;
-}  // namespace npullm

@@ -111,7 +111,7 @@ TEST(Generator, SeededSamplingBatchEqualsEachAlone) {
 // ---- a mixture of experts above the layer ----------------------------------------------------
 // tiny-qwen2moe (8 experts of 64, top 2, a shared expert) with every projection, the experts'
 // included, quantized to q8_0 at load and so repacked into tiles: decode steps of up to 16 rows
-// run the experts the tiled way (model/moe_mlp.hpp), gathering each expert's rows of the batch;
+// run the experts the tiled way (moe/mlp.hpp), gathering each expert's rows of the batch;
 // prefills run them in turn.
 const std::shared_ptr<const model::model_weights<float>>& moe_weights() {
   static const auto w = model::model_weights<float>::load(

@@ -3,13 +3,10 @@
 // (partial UTF-8, classes, repetitions), the token matcher over a small made-up vocabulary
 // (masks against a brute-force reference, EOG, control tokens, rollback, fork).
 #include <gtest/gtest.h>
-#include <pthread.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "bounded.hpp"
 
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -762,79 +759,23 @@ struct bounded {
   std::string what;
   double seconds = 0;
 };
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool under_asan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool under_asan = true;
-#else
-constexpr bool under_asan = false;
-#endif
-#else
-constexpr bool under_asan = false;
-#endif
+using npullm_test::under_asan;
 
 bounded run_bounded(const std::function<std::string()>& f, std::size_t stack = 4u << 20) {
-  int fds[2];
-  if (pipe(fds) != 0) return {"pipe failed"};
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    if (!under_asan) {
-      const rlimit as{4ull << 30, 4ull << 30};
-      setrlimit(RLIMIT_AS, &as);
-    }
-    alarm(10);
-    struct job {
-      const std::function<std::string()>* f;
-      std::string out;
-    } j{&f, {}};
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, under_asan ? stack * 4 : stack);  // ASan's frames are larger
-    pthread_t th;
-    const auto body = [](void* p) -> void* {
-      auto* jb = static_cast<job*>(p);
-      try {
-        jb->out = "ok " + (*jb->f)();
-      } catch (const npullm::error& e) {
-        jb->out =
-            "error " + std::string(npullm::to_string(e.code())) + ": " + std::string(e.message());
-      } catch (const std::bad_alloc&) {
-        jb->out = "bad_alloc";
-      } catch (const std::exception& e) {
-        jb->out = std::string("other exception: ") + e.what();
-      }
-      return nullptr;
-    };
-    if (pthread_create(&th, &attr, body, &j) != 0) _exit(3);
-    pthread_join(th, nullptr);
-    const char* p = j.out.data();
-    for (std::size_t left = j.out.size(); left > 0;) {
-      const ssize_t w = write(fds[1], p, left);
-      if (w <= 0) break;
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
-    _exit(0);
+  const npullm_test::bounded_outcome r =
+      npullm_test::run_bounded(f, {.stack = under_asan ? stack * 4 : stack,  // ASan's frames
+                                   .address_space = std::size_t{4} << 30,
+                                   .cpu_seconds = 0,
+                                   .wall_seconds = 10});
+  if (!r.died.empty()) return {r.died, r.seconds};
+  switch (r.how) {
+    case npullm_test::ended::value: return {"ok " + r.text, r.seconds};
+    case npullm_test::ended::npullm_error:
+      return {"error " + std::string(npullm::to_string(r.code)) + ": " + r.text, r.seconds};
+    case npullm_test::ended::bad_alloc: return {"bad_alloc", r.seconds};
+    case npullm_test::ended::other_exception: return {"other exception: " + r.text, r.seconds};
   }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
-    out.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (WIFSIGNALED(status))
-    return {"killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-                strsignal(WTERMSIG(status)) + ")",
-            s};
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return {"exit status " + std::to_string(WEXITSTATUS(status)), s};
-  return {out, s};
+  return {"unknown outcome", r.seconds};
 }
 
 std::string repeat_text(std::string_view s, std::size_t n) {
