@@ -99,6 +99,8 @@ void expect_batch_equals_alone(bool sampled) {
   }
   EXPECT_GE(g.stats().max_running, 4u);                              // they really ran together
   EXPECT_EQ(lm.kv_pool().free_count(), lm.kv_pool().total_count());  // every block back
+  // Prompts longer than decode_rows that arrived together were prefilled in shared steps.
+  EXPECT_LT(g.stats().prefill_steps, rs.size());
 }
 
 TEST(Generator, GreedyBatchEqualsEachAlone) {

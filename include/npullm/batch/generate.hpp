@@ -115,6 +115,7 @@ struct generator_options {
 
 struct generator_stats {
   std::size_t steps = 0;           // decode steps
+  std::size_t prefill_steps = 0;   // admission steps (prompts prefilled together count once)
   std::size_t prefill_tokens = 0;  // prompt tokens computed
   std::size_t reused_tokens = 0;   // prompt tokens taken from the prefix cache
   std::size_t preemptions = 0;
@@ -358,56 +359,102 @@ class generator {
     if constexpr (requires { draft_->forget(id); }) draft_->forget(id);
   }
 
+  // Admits waiting requests in order while a sequence slot is free: each is prefilled (all but
+  // what the prefix cache holds) and samples its first token. Prompts longer than decode_rows
+  // that arrive together are prefilled together, packed into one step of up to step_rows rows
+  // (a burst of requests then costs a few large steps rather than one step each: the weights
+  // are read once per step); a shorter one is prefilled alone, so the path each prompt takes
+  // (decode or prefill step) depends only on its own length and the output stays independent
+  // of the load (every row and every sequence's attention is computed the same whatever else
+  // the step holds).
   void admit(const token_callback& cb) {
+    struct entrant {
+      std::size_t id;
+      table_type table;
+      std::span<const std::int32_t> context;
+      std::size_t covered;
+      bool resumed;
+    };
+    bool alone = false;  // after a packed step did not fit the pool: one at a time
     while (!waiting_.empty() && running_.size() < options_.max_batch) {
-      const std::size_t id = waiting_.front();
-      state& s = requests_.at(id);
-      // The context whose KV the sequence needs: the prompt, and after a preemption the tokens
-      // generated since (but the last one, which is fed by the next decode step).
-      const bool resumed = s.context.size() > s.req.prompt.size();
-      const std::span<const std::int32_t> context =
-          std::span<const std::int32_t>(s.context).first(s.context.size() - (resumed ? 1 : 0));
-      table_type table = lm_->new_sequence();
-      const std::size_t covered = cache_ && s.req.cache_prompt ? cache_->attach(table, context) : 0;
-      const std::span<const std::int32_t> rest = context.subspan(covered);
-      // Checked here: the capacity_exhausted caught below means "the pool is full, wait".
-      if (rest.size() > lm_->step_rows()) {
-        raise(error_code::capacity_exhausted, "generator: request ", id, ": ", rest.size(),
-              " context tokens to prefill exceed the pipeline's step of ", lm_->step_rows(),
-              " rows");
+      std::vector<entrant> group;
+      std::size_t rows = 0;
+      for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+        if (running_.size() + group.size() >= options_.max_batch) break;
+        state& s = requests_.at(*it);
+        // The context whose KV the sequence needs: the prompt, and after a preemption the
+        // tokens generated since (but the last one, which is fed by the next decode step).
+        const bool resumed = s.context.size() > s.req.prompt.size();
+        const std::span<const std::int32_t> context = std::span<const std::int32_t>(
+            s.context).first(s.context.size() - (resumed ? 1 : 0));
+        table_type table = lm_->new_sequence();
+        const std::size_t covered =
+            cache_ && s.req.cache_prompt ? cache_->attach(table, context) : 0;
+        const std::size_t rest = context.size() - covered;
+        if (group.empty()) {
+          // Checked here: the capacity_exhausted caught below means "the pool is full, wait".
+          if (rest > lm_->step_rows()) {
+            raise(error_code::capacity_exhausted, "generator: request ", *it, ": ", rest,
+                  " context tokens to prefill exceed the pipeline's step of ", lm_->step_rows(),
+                  " rows");
+          }
+        } else if (rest <= lm_->decode_rows() || rows + rest > lm_->step_rows()) {
+          break;  // its table goes: cached blocks attached to it return to the cache
+        }
+        group.push_back({*it, std::move(table), context, covered, resumed});
+        rows += rest;
+        if (alone || rest <= lm_->decode_rows()) break;
       }
-      // Only the rows the next step needs: the last token's logits (and hidden row for a head).
-      auto sel = output_selection::last();
-      if (hidden_wanted) sel.hidden_last();
+      // Only the rows the next step needs: each sequence's last token's logits (and hidden
+      // row for a head).
+      std::vector<typename LM::sequence_input> inputs;
+      std::vector<std::size_t> last;
+      std::size_t end = 0;
+      for (entrant& e : group) {
+        inputs.push_back({&e.table, e.context.subspan(e.covered)});
+        last.push_back((end += e.context.size() - e.covered) - 1);
+      }
+      output_selection sel;
+      sel.logits_for(last);
+      if (hidden_wanted) sel.hidden_for(last);
       step_output out;
       try {
-        const typename LM::sequence_input in{&table, rest};
-        out = lm_->step_sequences(std::span(&in, 1), sel);
+        out = lm_->step_sequences(inputs, sel);
       } catch (const error& e) {
         if (e.code() != error_code::capacity_exhausted) throw;
+        if (group.size() > 1) {  // the pool did not hold them all: the first alone
+          alone = true;
+          continue;
+        }
         if (running_.empty()) {
-          raise(error_code::capacity_exhausted, "generator: request ", id, " (", context.size(),
-                " context tokens) does not fit in the KV pool even alone: ", e.message());
+          raise(error_code::capacity_exhausted, "generator: request ", group[0].id, " (",
+                group[0].context.size(), " context tokens) does not fit in the KV pool even ",
+                "alone: ", e.message());
         }
         return;  // wait for running sequences to free blocks
       }
-      waiting_.pop_front();
-      stats_.prefill_tokens += rest.size();
-      stats_.reused_tokens += covered;
-      if (cache_) cache_->insert(table, context);  // every context token is verified
-      if constexpr (hidden_wanted) {
-        const auto h = out.hidden_of(rest.size() - 1);
-        s.hidden.assign(h.begin(), h.end());
+      ++stats_.prefill_steps;
+      for (std::size_t j = 0; j < group.size(); ++j) {
+        entrant& e = group[j];
+        state& s = requests_.at(e.id);
+        waiting_.pop_front();
+        stats_.prefill_tokens += e.context.size() - e.covered;
+        stats_.reused_tokens += e.covered;
+        if (cache_) cache_->insert(e.table, e.context);  // every context token is verified
+        if constexpr (hidden_wanted) {
+          const auto h = out.hidden_of(last[j]);
+          s.hidden.assign(h.begin(), h.end());
+        }
+        const auto logits = out.logits_of(last[j]);
+        if (e.resumed) {
+          s.pending = s.context.back();
+        } else if (emit(e.id, s.rng.sample(logits, s.context), logits, cb)) {
+          retire(e.id, e.table);
+          continue;  // finished on its first token: the table goes, the blocks stay cached
+        }
+        running_.push_back({e.id, std::move(e.table)});
+        stats_.max_running = std::max(stats_.max_running, running_.size());
       }
-      const auto logits = out.logits_of(rest.size() - 1);
-      if (resumed) {
-        s.pending = s.context.back();
-      } else if (emit(id, s.rng.sample(logits, s.context), logits, cb)) {
-        retire(id, table);
-        continue;  // finished on its first token: the table goes, the blocks stay cached
-      }
-      running_.push_back({id, std::move(table)});
-      stats_.max_running = std::max(stats_.max_running, running_.size());
     }
   }
 
