@@ -331,8 +331,10 @@ class engine {
     }
   }
 
-  // Hands each request what it gained; finished ones leave.
+  // Hands each request what it gained; finished ones leave. The metrics are published first,
+  // so a client that reads /metrics once its response is complete sees its request counted.
   void harvest() {
+    publish();
     for (auto it = active_.begin(); it != active_.end();) {
       const batch::generation& g = gen_->result(it->first);
       active& a = it->second;
