@@ -60,9 +60,9 @@ namespace {
 
 namespace cli = npullm_tools::cli;
 namespace serve = npullm::serve;
-using serve::json;
 using npullm::error;
 using npullm::error_code;
+using serve::json;
 using clock_type = std::chrono::steady_clock;
 
 struct options {
@@ -79,7 +79,7 @@ struct options {
   std::string alias;
   std::size_t body_limit = 8u << 20;
   double drain_timeout = 30;
-  bool batch_invariant = true;  // --no-batch-invariant: dense weights as fast as they go
+  bool batch_invariant = true;       // --no-batch-invariant: dense weights as fast as they go
   std::optional<std::string> draft;  // --draft FILE.gguf: speculative decoding with that model
   std::size_t draft_max = 4;         // --draft-max N: proposals per sequence a step
 };
@@ -222,7 +222,8 @@ class model_service final : public service {
     } catch (const error& e) {
       return send_error(res, serve::to_api_error(e));
     }
-    const std::size_t max_new = r.max_tokens.value_or(o_.ctx > prompt.size() ? o_.ctx - prompt.size() : 0);
+    const std::size_t max_new =
+        r.max_tokens.value_or(o_.ctx > prompt.size() ? o_.ctx - prompt.size() : 0);
     if (prompt.size() + max_new > o_.ctx || max_new == 0) {
       auto e = make_error(400,
                           "This model's maximum context length is " + std::to_string(o_.ctx) +
@@ -247,15 +248,16 @@ class model_service final : public service {
       for (auto& s : streams) with_engine([&](auto& e) { e.cancel(*s); });
       if (e.code() == error_code::capacity_exhausted) {
         ++counters_.rejected_busy;
-        return send_error(res, make_error(503, "The server is busy: " + std::string(e.message()) +
-                                                   ". Retry later.",
-                                          "server_error", "overloaded"));
+        return send_error(
+            res,
+            make_error(503, "The server is busy: " + std::string(e.message()) + ". Retry later.",
+                       "server_error", "overloaded"));
       }
       return send_error(res, serve::to_api_error(e));
     }
-    auto job = std::make_shared<response_job>(response_job{std::move(r), std::move(streams),
-                                                           prompt.size(), random_id(kind == serve::endpoint::chat ? "chatcmpl-" : "cmpl-"),
-                                                           unix_time()});
+    auto job = std::make_shared<response_job>(response_job{
+        std::move(r), std::move(streams), prompt.size(),
+        random_id(kind == serve::endpoint::chat ? "chatcmpl-" : "cmpl-"), unix_time()});
     if (job->req.stream) {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
@@ -281,7 +283,9 @@ class model_service final : public service {
     }
     if (!v.contains("content") || !v["content"].is_string())
       return send_error(res, make_error(400, "content: a string is required"));
-    const auto flag = [&](const char* k) { return v.contains(k) && v[k].is_boolean() && v[k].get<bool>(); };
+    const auto flag = [&](const char* k) {
+      return v.contains(k) && v[k].is_boolean() && v[k].get<bool>();
+    };
     const bool add_special = flag("add_special");
     const bool with_pieces = flag("with_pieces");
     const auto ids = tok_.encode(v["content"].get<std::string>(),
@@ -311,8 +315,10 @@ class model_service final : public service {
     for (const json& t : v["tokens"]) {
       if (!t.is_number_integer() || t.get<std::int64_t>() < 0 ||
           t.get<std::int64_t>() >= static_cast<std::int64_t>(tok_.size()))
-        return send_error(res, make_error(400, "tokens: " + t.dump() + " is not a token id of this "
-                                                   "vocabulary of " + std::to_string(tok_.size())));
+        return send_error(res, make_error(400, "tokens: " + t.dump() +
+                                                   " is not a token id of this "
+                                                   "vocabulary of " +
+                                                   std::to_string(tok_.size())));
       ids.push_back(static_cast<std::int32_t>(t.get<std::int64_t>()));
     }
     json out = {{"content", tok_.decode(ids)}};
@@ -337,25 +343,32 @@ class model_service final : public service {
           << "\nnpullm_" << name << ' ' << v << '\n';
     };
     metric("requests_running", "gauge", "Sequences in the decode batch.", double(m.running));
-    metric("requests_waiting", "gauge", "Requests queued (engine and generator).", double(m.waiting));
-    metric("requests_total", "counter", "HTTP completion requests received.", double(counters_.requests));
+    metric("requests_waiting", "gauge", "Requests queued (engine and generator).",
+           double(m.waiting));
+    metric("requests_total", "counter", "HTTP completion requests received.",
+           double(counters_.requests));
     metric("requests_finished_total", "counter", "Choices finished.", double(m.finished));
-    metric("requests_cancelled_total", "counter", "Choices cancelled (client gone).", double(m.cancelled));
+    metric("requests_cancelled_total", "counter", "Choices cancelled (client gone).",
+           double(m.cancelled));
     metric("requests_failed_total", "counter", "Choices failed.", double(m.failed));
-    metric("requests_rejected_busy_total", "counter", "Requests refused with 503.", double(counters_.rejected_busy));
+    metric("requests_rejected_busy_total", "counter", "Requests refused with 503.",
+           double(counters_.rejected_busy));
     metric("prompt_tokens_total", "counter", "Prompt tokens computed.", double(m.prompt_tokens));
     metric("prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.",
            double(m.cached_prompt_tokens));
     metric("generated_tokens_total", "counter", "Tokens generated.", double(m.generated_tokens));
     metric("engine_steps_total", "counter", "Generator steps.", double(m.steps));
     metric("engine_step_seconds_total", "counter", "Seconds in generator steps.", m.step_seconds);
-    metric("preemptions_total", "counter", "Sequences preempted for KV blocks.", double(m.preemptions));
+    metric("preemptions_total", "counter", "Sequences preempted for KV blocks.",
+           double(m.preemptions));
     metric("draft_tokens_proposed_total", "counter", "Draft tokens verified (--draft).",
            double(m.draft_proposed));
     metric("draft_tokens_accepted_total", "counter", "Draft tokens accepted (--draft).",
            double(m.draft_accepted));
     metric("kv_blocks_total", "gauge", "KV blocks in the pool.", double(m.blocks_total));
-    metric("kv_blocks_free", "gauge", "KV blocks free (those holding cached prefixes too: a hit takes one back, else it is evicted on demand).",
+    metric("kv_blocks_free", "gauge",
+           "KV blocks free (those holding cached prefixes too: a hit takes one back, else it is "
+           "evicted on demand).",
            double(m.blocks_free));
     metric("kv_blocks_used", "gauge", "KV blocks held by the running sequences.",
            double(m.blocks_total - m.blocks_free));
@@ -388,7 +401,9 @@ class model_service final : public service {
     return npullm::model::model_weights<W>::load_gguf(path);
   }
   npullm::model::pipeline_options pipeline_options(const options& o) {
-    return {.max_sequence = o.ctx, .kv_capacity = o.ctx, .pool = &pool_,
+    return {.max_sequence = o.ctx,
+            .kv_capacity = o.ctx,
+            .pool = &pool_,
             .batch_invariant = o.batch_invariant};
   }
   // f on the engine in use: with a draft, or plain.
@@ -400,8 +415,9 @@ class model_service final : public service {
 
   std::string render(const serve::completion_request& r) const {
     if (!template_) {
-      raise(error_code::unsupported, "messages: the model has no chat template ",
-            "(tokenizer.chat_template); give one with --chat-template-file, or use /v1/completions");
+      raise(
+          error_code::unsupported, "messages: the model has no chat template ",
+          "(tokenizer.chat_template); give one with --chat-template-file, or use /v1/completions");
     }
     npullm::text::chat_options co{.add_generation_prompt = true};
     if (!r.tools.is_null() && r.tools_choice != serve::tool_choice::none) co.tools = r.tools;
@@ -424,12 +440,14 @@ class model_service final : public service {
       const std::string bos = v.tokens[static_cast<std::size_t>(v.bos)].text;
       if (!bos.empty() && text.compare(0, bos.size(), bos) == 0) text.erase(0, bos.size());
     }
-    auto ids = tok_.encode(text, {.add_special = true, .parse_special = r.kind == serve::endpoint::chat});
+    auto ids =
+        tok_.encode(text, {.add_special = true, .parse_special = r.kind == serve::endpoint::chat});
     if (ids.empty()) raise(error_code::invalid_argument, "prompt: it has no tokens");
     return ids;
   }
 
-  std::shared_ptr<npullm::grammar::token_grammar> constraint_of(const serve::completion_request& r) {
+  std::shared_ptr<npullm::grammar::token_grammar> constraint_of(
+      const serve::completion_request& r) {
     const npullm::grammar::json_schema_options js{npullm::grammar::json_whitespace::separators};
     try {
       if (!r.grammar.empty()) return grammars_.gbnf(r.grammar);
@@ -443,16 +461,19 @@ class model_service final : public service {
           r.tools_choice == serve::tool_choice::named)
         return grammars_.json_schema(serve::tool_call_schema(r).dump(), js);
     } catch (const error& e) {
-      raise(e.code(), r.grammar.empty() ? (r.format != serve::response_format::text ? "response_format" : "tools") : "grammar",
+      raise(e.code(),
+            r.grammar.empty()
+                ? (r.format != serve::response_format::text ? "response_format" : "tools")
+                : "grammar",
             ": ", e.message());
     }
     return nullptr;
   }
 
-  npullm::batch::request request_of(const serve::completion_request& r,
-                                    const std::vector<std::int32_t>& prompt, std::size_t max_new,
-                                    std::uint64_t seed,
-                                    const std::shared_ptr<npullm::grammar::token_grammar>& g) const {
+  npullm::batch::request request_of(
+      const serve::completion_request& r, const std::vector<std::int32_t>& prompt,
+      std::size_t max_new, std::uint64_t seed,
+      const std::shared_ptr<npullm::grammar::token_grammar>& g) const {
     npullm::batch::request q;
     q.prompt = prompt;
     q.max_new_tokens = max_new;
@@ -474,8 +495,8 @@ class model_service final : public service {
     }
     // Ids past the tokenizer (an embedding padded to a round size) are never sampled.
     for (std::size_t id = vocab_; id < lm_.config().vocab_size; ++id)
-      q.sampling.logit_bias.push_back({static_cast<std::int32_t>(id),
-                                       -std::numeric_limits<float>::infinity()});
+      q.sampling.logit_bias.push_back(
+          {static_cast<std::int32_t>(id), -std::numeric_limits<float>::infinity()});
     if (g) {
       const npullm::batch::grammar_processor p(g, prompt.size());
       q.sampling.processor = p;
@@ -523,7 +544,8 @@ class model_service final : public service {
     bool any = false;
     pieces.clear();
     for (std::size_t i = 0; i < job.streams.size(); ++i) {
-      auto p = job.streams[i]->take(std::chrono::milliseconds(job.done[i] ? 0 : 200 / job.streams.size() + 1));
+      auto p = job.streams[i]->take(
+          std::chrono::milliseconds(job.done[i] ? 0 : 200 / job.streams.size() + 1));
       if (p.failure && !job.failure) job.failure = p.failure;
       any = any || !p.text.empty() || !p.tokens.empty() || (p.finished && !job.done[i]);
       pieces.push_back(std::move(p));
@@ -584,10 +606,11 @@ class model_service final : public service {
       if (!calls.empty()) {
         json list = json::array();
         for (std::size_t k = 0; k < calls.size(); ++k) {
-          list.push_back({{"id", "call_" + job.id.substr(job.id.size() - 8) + std::to_string(i) +
-                                     "_" + std::to_string(k)},
-                          {"type", "function"},
-                          {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}});
+          list.push_back(
+              {{"id", "call_" + job.id.substr(job.id.size() - 8) + std::to_string(i) + "_" +
+                          std::to_string(k)},
+               {"type", "function"},
+               {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}});
         }
         m["content"] = content.empty() ? json(nullptr) : json(content);
         m["tool_calls"] = std::move(list);
@@ -611,16 +634,18 @@ class model_service final : public service {
       job.tokens[i] += p.tokens.size();
       if (job.req.logprobs) {
         json more = job.req.kind == serve::endpoint::chat ? chat_logprobs(p.tokens, p.logprobs)
-                                                         : json::array();
+                                                          : json::array();
         if (job.req.kind == serve::endpoint::chat) {
           for (auto& e : more) job.logprobs[i].push_back(std::move(e));
         } else {
           for (std::size_t k = 0; k < p.logprobs.size(); ++k) {
             json top = json::object();
-            for (const auto& t : p.logprobs[k].top) top[std::string(tok_.piece(t.token))] = t.logprob;
-            job.logprobs[i].push_back({{"token", std::string(tok_.piece(p.logprobs[k].chosen.token))},
-                                       {"logprob", p.logprobs[k].chosen.logprob},
-                                       {"top", top}});
+            for (const auto& t : p.logprobs[k].top)
+              top[std::string(tok_.piece(t.token))] = t.logprob;
+            job.logprobs[i].push_back(
+                {{"token", std::string(tok_.piece(p.logprobs[k].chosen.token))},
+                 {"logprob", p.logprobs[k].chosen.logprob},
+                 {"top", top}});
           }
         }
       }
@@ -651,8 +676,10 @@ class model_service final : public service {
         } else {
           json lp = nullptr;
           if (job.req.logprobs) {
-            lp = {{"tokens", json::array()}, {"token_logprobs", json::array()},
-                  {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+            lp = {{"tokens", json::array()},
+                  {"token_logprobs", json::array()},
+                  {"top_logprobs", json::array()},
+                  {"text_offset", json::array()}};
             std::size_t offset = 0;
             for (const json& e : job.logprobs[i]) {
               lp["tokens"].push_back(e["token"]);
@@ -662,17 +689,18 @@ class model_service final : public service {
               offset += e["token"].get_ref<const std::string&>().size();
             }
           }
-          choices.push_back({{"text", job.text[i]}, {"index", i}, {"logprobs", lp},
-                             {"finish_reason", finish}});
+          choices.push_back(
+              {{"text", job.text[i]}, {"index", i}, {"logprobs", lp}, {"finish_reason", finish}});
         }
       }
-      body = {{"id", job.id},
-              {"object", job.req.kind == serve::endpoint::chat ? "chat.completion" : "text_completion"},
-              {"created", job.created},
-              {"model", name_},
-              {"system_fingerprint", "npullm"},
-              {"choices", std::move(choices)},
-              {"usage", usage(job)}};
+      body = {
+          {"id", job.id},
+          {"object", job.req.kind == serve::endpoint::chat ? "chat.completion" : "text_completion"},
+          {"created", job.created},
+          {"model", name_},
+          {"system_fingerprint", "npullm"},
+          {"choices", std::move(choices)},
+          {"usage", usage(job)}};
     }
     if (!write(sink, body.dump(-1, ' ', false, json::error_handler_t::replace), job)) return false;
     sink.done();
@@ -703,8 +731,10 @@ class model_service final : public service {
       init(job);
       if (chat) {
         for (std::size_t i = 0; i < job.streams.size(); ++i) {
-          json d = {{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                    {"logprobs", nullptr}, {"finish_reason", nullptr}};
+          json d = {{"index", i},
+                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}};
           if (!write(sink, event(chunk_of(job, d)), job)) return false;
         }
       }
@@ -814,8 +844,10 @@ std::unique_ptr<service> load_service(const options& o, http_counters& counters)
   std::optional<npullm::text::chat_template> tmpl;
   if (o.chat_template_file) {
     std::ifstream in(*o.chat_template_file, std::ios::binary);
-    if (!in) raise(error_code::io, "--chat-template-file ", *o.chat_template_file, ": cannot be read");
-    const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in)
+      raise(error_code::io, "--chat-template-file ", *o.chat_template_file, ": cannot be read");
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
     tmpl = npullm::text::chat_template::from_jinja(source, token_text(v.bos), token_text(v.eos));
   } else if (v.chat_template) {
     tmpl = npullm::text::chat_template::from_vocabulary(v);
@@ -824,9 +856,11 @@ std::unique_ptr<service> load_service(const options& o, http_counters& counters)
       o.alias.empty() ? std::filesystem::path(o.model).filename().string() : o.alias;
   switch (cli::dense_matrix_type(*file)) {
     case npullm::dtype::f16:
-      return std::make_unique<model_service<npullm::float16>>(o, std::move(tok), std::move(tmpl), name, counters);
+      return std::make_unique<model_service<npullm::float16>>(o, std::move(tok), std::move(tmpl),
+                                                              name, counters);
     case npullm::dtype::bf16:
-      return std::make_unique<model_service<npullm::bfloat16>>(o, std::move(tok), std::move(tmpl), name, counters);
+      return std::make_unique<model_service<npullm::bfloat16>>(o, std::move(tok), std::move(tmpl),
+                                                               name, counters);
     case npullm::dtype::f32: break;
   }
   return std::make_unique<model_service<float>>(o, std::move(tok), std::move(tmpl), name, counters);
@@ -916,8 +950,9 @@ int main(int argc, char** argv) {
   http.set_write_timeout(30, 0);
 
   const auto busy = [&](httplib::Response& res) {
-    send_error(res, make_error(503, draining ? "The server is shutting down." : "The model is loading.",
-                               "server_error", "unavailable"));
+    send_error(res,
+               make_error(503, draining ? "The server is shutting down." : "The model is loading.",
+                          "server_error", "unavailable"));
   };
   http.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
     if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
@@ -934,7 +969,8 @@ int main(int argc, char** argv) {
   http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
     if (svc.load() == nullptr || draining) {
       res.status = 503;
-      res.set_content(draining ? R"({"status":"draining"})" : R"({"status":"loading"})", "application/json");
+      res.set_content(draining ? R"({"status":"draining"})" : R"({"status":"loading"})",
+                      "application/json");
     } else {
       res.set_content(R"({"status":"ok"})", "application/json");
     }
@@ -947,29 +983,29 @@ int main(int argc, char** argv) {
     };
   };
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
-    http.Post(path, with_service([&](service& s, const httplib::Request& req, httplib::Response& res) {
-      ++counters.requests;
-      s.completion(req, res, serve::endpoint::chat);
-    }));
+    http.Post(path,
+              with_service([&](service& s, const httplib::Request& req, httplib::Response& res) {
+                ++counters.requests;
+                s.completion(req, res, serve::endpoint::chat);
+              }));
   }
   for (const char* path : {"/v1/completions", "/completions"}) {
-    http.Post(path, with_service([&](service& s, const httplib::Request& req, httplib::Response& res) {
-      ++counters.requests;
-      s.completion(req, res, serve::endpoint::completion);
-    }));
+    http.Post(path,
+              with_service([&](service& s, const httplib::Request& req, httplib::Response& res) {
+                ++counters.requests;
+                s.completion(req, res, serve::endpoint::completion);
+              }));
   }
-  http.Post("/tokenize", with_service([](service& s, const httplib::Request& req, httplib::Response& res) {
-    s.tokenize(req, res);
-  }));
-  http.Post("/detokenize", with_service([](service& s, const httplib::Request& req, httplib::Response& res) {
-    s.detokenize(req, res);
-  }));
-  http.Post("/apply-template", with_service([](service& s, const httplib::Request& req, httplib::Response& res) {
-    s.apply_template(req, res);
-  }));
-  http.Get("/metrics", with_service([](service& s, const httplib::Request&, httplib::Response& res) {
-    s.metrics(res);
-  }));
+  http.Post("/tokenize", with_service([](service& s, const httplib::Request& req,
+                                         httplib::Response& res) { s.tokenize(req, res); }));
+  http.Post("/detokenize", with_service([](service& s, const httplib::Request& req,
+                                           httplib::Response& res) { s.detokenize(req, res); }));
+  http.Post("/apply-template",
+            with_service([](service& s, const httplib::Request& req, httplib::Response& res) {
+              s.apply_template(req, res);
+            }));
+  http.Get("/metrics", with_service([](service& s, const httplib::Request&,
+                                       httplib::Response& res) { s.metrics(res); }));
   const std::string model_name =
       o.alias.empty() ? std::filesystem::path(o.model).filename().string() : o.alias;
   for (const char* path : {"/v1/models", "/models"}) {
@@ -994,32 +1030,35 @@ int main(int argc, char** argv) {
       send_error(res, make_error(res.status, "HTTP error " + std::to_string(res.status) + "."));
     }
   });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, make_error(500, what, "server_error"));
-  });
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        send_error(res, make_error(500, what, "server_error"));
+      });
 
-  const int port = o.port == 0 ? http.bind_to_any_port(o.host) : (http.bind_to_port(o.host, o.port) ? o.port : -1);
+  const int port = o.port == 0 ? http.bind_to_any_port(o.host)
+                               : (http.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0) {
     std::fprintf(stderr, "error: cannot listen on %s:%d\n", o.host.c_str(), o.port);
     return 1;
   }
   std::thread listener([&] { http.listen_after_bind(); });
-  std::fprintf(stderr, "npullm_server: listening on http://%s:%d (loading %s)\n", o.host.c_str(), port,
-               o.model.c_str());
+  std::fprintf(stderr, "npullm_server: listening on http://%s:%d (loading %s)\n", o.host.c_str(),
+               port, o.model.c_str());
 
   // The signal thread: drain, then stop the HTTP server.
   std::atomic<int> exit_code{0};
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    std::fprintf(stderr, "npullm_server: signal %d: draining (at most %.0f s)\n", sig, o.drain_timeout);
+    std::fprintf(stderr, "npullm_server: signal %d: draining (at most %.0f s)\n", sig,
+                 o.drain_timeout);
     draining = true;
     if (service* s = svc.load()) {
       const bool all = s->drain(o.drain_timeout);
@@ -1036,11 +1075,12 @@ int main(int argc, char** argv) {
     const auto t = clock_type::now();
     loaded = load_service(o, counters);
     svc = loaded.get();
-    std::fprintf(stderr,
-                 "npullm_server: ready in %.2f s: %s, %zu threads, %zu parallel, ctx %zu, queue %zu%s%s\n",
-                 std::chrono::duration<double>(clock_type::now() - t).count(), model_name.c_str(),
-                 o.threads, o.parallel, o.ctx, o.max_queue, o.draft ? ", draft " : "",
-                 o.draft ? (*o.draft + " (" + std::to_string(o.draft_max) + " a step)").c_str() : "");
+    std::fprintf(
+        stderr,
+        "npullm_server: ready in %.2f s: %s, %zu threads, %zu parallel, ctx %zu, queue %zu%s%s\n",
+        std::chrono::duration<double>(clock_type::now() - t).count(), model_name.c_str(), o.threads,
+        o.parallel, o.ctx, o.max_queue, o.draft ? ", draft " : "",
+        o.draft ? (*o.draft + " (" + std::to_string(o.draft_max) + " a step)").c_str() : "");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     exit_code = 1;

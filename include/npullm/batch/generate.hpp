@@ -385,8 +385,8 @@ class generator {
         // The context whose KV the sequence needs: the prompt, and after a preemption the
         // tokens generated since (but the last one, which is fed by the next decode step).
         const bool resumed = s.context.size() > s.req.prompt.size();
-        const std::span<const std::int32_t> context = std::span<const std::int32_t>(
-            s.context).first(s.context.size() - (resumed ? 1 : 0));
+        const std::span<const std::int32_t> context =
+            std::span<const std::int32_t>(s.context).first(s.context.size() - (resumed ? 1 : 0));
         table_type table = lm_->new_sequence();
         const std::size_t covered =
             cache_ && s.req.cache_prompt ? cache_->attach(table, context) : 0;

@@ -62,7 +62,7 @@ struct engine_metrics {
   std::size_t running = 0;
   std::size_t waiting = 0;  // queued in the engine or the generator
   std::size_t steps = 0;
-  std::size_t prompt_tokens = 0;  // computed
+  std::size_t prompt_tokens = 0;         // computed
   std::size_t cached_prompt_tokens = 0;  // taken from the prefix cache instead
   std::size_t generated_tokens = 0;
   std::size_t preemptions = 0;
@@ -71,7 +71,7 @@ struct engine_metrics {
   std::size_t finished = 0;
   std::size_t cancelled = 0;
   std::size_t failed = 0;
-  double step_seconds = 0;  // time in generator steps
+  double step_seconds = 0;         // time in generator steps
   std::size_t draft_proposed = 0;  // draft tokens verified (an engine with a draft)
   std::size_t draft_accepted = 0;  // of those, accepted
 };
@@ -80,12 +80,12 @@ struct engine_metrics {
 class output_stream {
  public:
   struct piece {
-    std::string text;                               // streamed text (stop strings held back)
-    std::vector<std::int32_t> tokens;               // tokens of the result gained since
-    std::vector<batch::token_logprobs> logprobs;    // with logprobs: theirs
+    std::string text;                             // streamed text (stop strings held back)
+    std::vector<std::int32_t> tokens;             // tokens of the result gained since
+    std::vector<batch::token_logprobs> logprobs;  // with logprobs: theirs
     bool finished = false;
     batch::finish_reason finish = batch::finish_reason::running;
-    std::optional<error> failure;                   // the request failed (finished too)
+    std::optional<error> failure;  // the request failed (finished too)
   };
 
   // Waits up to `timeout` for something new; takes it (empty when nothing came).
@@ -164,7 +164,8 @@ class engine {
   // stop(); the request's own errors (the generator's checks) come through its stream.
   std::shared_ptr<output_stream> submit(batch::request r) {
     auto s = std::make_shared<output_stream>();
-    if (r.on_text) raise(error_code::invalid_argument, "engine: a request's on_text is the engine's");
+    if (r.on_text)
+      raise(error_code::invalid_argument, "engine: a request's on_text is the engine's");
     if (r.detokenize) {
       std::weak_ptr<output_stream> w = s;
       r.on_text = [w](std::string_view text, bool) {
@@ -292,7 +293,8 @@ class engine {
           fail_all(error(error_code::resource, std::string("engine: ") + e.what()));
           continue;
         }
-        step_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+        step_seconds_ +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
       }
       harvest();
       publish();
