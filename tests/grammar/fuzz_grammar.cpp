@@ -2,6 +2,8 @@
 // picks GBNF (even) or JSON Schema (odd, its low bits the whitespace mode); the rest is the
 // grammar or schema text. For every input:
 //   - parsing / compiling throws npullm::error or nothing (no other exception, no crash);
+//   - matching throws nothing but capacity_exhausted (a grammar too ambiguous for the matcher's
+//     budgets, e.g. a nullable chain of counted repetitions: refused at match time);
 //   - a compiled grammar runs over a made-up vocabulary of 40 byte strings: each mask equals
 //     the brute-force reference (every token tried byte by byte), a token in the mask is
 //     accepted and one outside it is refused leaving the matcher unchanged, EOS is in the mask
@@ -75,6 +77,8 @@ inline std::vector<std::int32_t> check_mask(npullm::grammar::token_grammar& tg,
   return allowed;
 }
 
+inline void match(npullm::grammar::grammar gr, std::string_view input);
+
 inline void run_one(std::string_view input) {
   namespace g = npullm::grammar;
   if (input.empty() || input.size() > 4096) return;
@@ -91,7 +95,18 @@ inline void run_one(std::string_view input) {
   } catch (const npullm::error&) {
     return;  // refused: fine
   }
-  auto tg = std::make_shared<g::token_grammar>(std::move(*gr), toy_index());
+  try {
+    match(std::move(*gr), input);
+  } catch (const npullm::error& e) {
+    // A grammar the matcher gives up on after a character (more parse positions or automaton
+    // bytes than its budget): refused at match time, by design. Any other error is a finding.
+    if (e.code() != npullm::error_code::capacity_exhausted) throw violation(e.what());
+  }
+}
+
+inline void match(npullm::grammar::grammar gr, std::string_view input) {
+  namespace g = npullm::grammar;
+  auto tg = std::make_shared<g::token_grammar>(std::move(gr), toy_index());
   g::token_matcher m(tg);
   const auto n = static_cast<std::int32_t>(tg->index().size());
   std::vector<std::vector<std::uint64_t>> masks;
