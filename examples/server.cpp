@@ -154,7 +154,8 @@ const char* finish_name(npullm::batch::finish_reason f) {
     case npullm::batch::finish_reason::length: return "length";
     case npullm::batch::finish_reason::stop: return "stop";
     case npullm::batch::finish_reason::cancelled: return "cancelled";
-    case npullm::batch::finish_reason::running: break;
+    case npullm::batch::finish_reason::running:
+    case npullm::batch::finish_reason::failed: break;
   }
   return "stop";
 }

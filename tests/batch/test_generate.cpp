@@ -9,16 +9,16 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "npullm/batch/generate.hpp"
 #include "npullm/batch/grammar_processor.hpp"
@@ -283,8 +283,9 @@ TEST(Generator, BadRequestsAreRejected) {
                 "exceeds max_sequence 64", error_code::capacity_exhausted);
   EXPECT_TRUE(g.done());
   // Only npullm::error escapes, here out_of_range for a request that was never submitted.
-  npullm::testing::expect_error([&] { (void)g.result(5); }, error_code::out_of_range,
-                                "result of request 5, which was never submitted (0 were submitted)");
+  npullm::testing::expect_error(
+      [&] { (void)g.result(5); }, error_code::out_of_range,
+      "result of request 5, which was never submitted (0 were submitted)");
 }
 
 // cancel(id): a waiting request leaves the queue, a running one the batch with its blocks; the
@@ -325,6 +326,42 @@ TEST(Generator, CancelFreesTheBlocksAndLeavesTheOthersAlone) {
   g.run();
   g.release(e);
   EXPECT_TRUE(g.done());
+}
+
+// A request whose own sampling raises (its processor: say a grammar whose matcher gives up,
+// capacity_exhausted) fails alone, at its first token or mid-generation: finish failed with
+// the error, its blocks back; the others run as if it had never been there.
+TEST(Generator, ARequestWhoseSamplingRaisesFailsAlone) {
+  lm_t lm(tiny_weights(), {.max_sequence = 512, .kv_capacity = 4096});
+  generator<lm_t> g(lm, {.max_batch = 4, .prefix_cache = false});
+  const auto rs = ragged_requests(false);
+  const auto raising_after = [](int calls) {
+    auto n = std::make_shared<int>(0);
+    return [n, calls](std::span<const std::int32_t>, std::span<float>) {
+      if ((*n)++ >= calls)
+        npullm::raise(error_code::capacity_exhausted, "test: the matcher gave up");
+    };
+  };
+  request first = rs[2], later = rs[6];
+  first.sampling.processor = raising_after(0);  // at its first token (admission)
+  later.sampling.processor = raising_after(3);  // at its fourth (a decode step)
+  const auto a = g.submit(rs[1]);
+  const auto f = g.submit(first);
+  const auto l = g.submit(later);
+  const auto b = g.submit(rs[4]);
+  g.run();
+  EXPECT_EQ(g.result(a).tokens, alone(rs[1]));
+  EXPECT_EQ(g.result(b).tokens, alone(rs[4]));
+  EXPECT_EQ(g.result(a).finish, finish_reason::length);
+  for (const auto id : {f, l}) {
+    EXPECT_EQ(g.result(id).finish, finish_reason::failed);
+    ASSERT_TRUE(g.result(id).failure.has_value());
+    EXPECT_EQ(g.result(id).failure->code(), error_code::capacity_exhausted);
+  }
+  EXPECT_TRUE(g.result(f).tokens.empty());
+  EXPECT_EQ(g.result(l).tokens.size(), 3u);
+  EXPECT_FALSE(g.cancel(l));  // already ended
+  EXPECT_EQ(lm.kv_pool().free_count(), lm.kv_pool().total_count());
 }
 
 // ---- the server's engine: the generator behind a thread ------------------------------------

@@ -3,6 +3,7 @@
 //   NPULLM_SERVER=<npullm_server> NPULLM_MODEL=<a GGUF with a real tokenizer> node --test
 // The model is the tiny Llama of npullm_run_cli (random weights, Phi-3's vocabulary): the text
 // means nothing, every step is real. Each part asserts what happens to everyone else too.
+import { readFileSync } from 'node:fs';
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -387,6 +388,25 @@ describe('npullm_server under load and faults', () => {
     m = await until(s.base, null, (m) => m.requests_running === 0 && m.kv_blocks_free === m.kv_blocks_total);
     assert.equal(m.requests_cancelled_total, before.requests_cancelled_total + 5);
     assert.equal(m.kv_blocks_free, m.kv_blocks_total, 'every block back in the pool (cached prefixes are free)');
+  });
+
+  test('a grammar the matcher gives up on fails its own request only', async () => {
+    // A nullable chain of counted repetitions: more parse positions after one character than
+    // the matcher's budget (capacity_exhausted), found by fuzz_grammar. Here it gives up at the
+    // first mask, so the request is refused (400) before it runs; a matcher giving up later
+    // ends its own request with an error object (test_generate's
+    // ARequestWhoseSamplingRaisesFailsAlone and serve::engine), the others go on.
+    const grammar = readFileSync(new URL('../grammar/corpus_grammar/gbnf-match-budget-nullable-counted-chain',
+      import.meta.url)).subarray(1).toString('latin1');
+    const other = client.chat.completions.create({ model: 'm', messages, max_tokens: 24, temperature: 0, ignore_eos: true });
+    const r = await fetch(s.base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Say a', max_tokens: 8, grammar }) });
+    const body = JSON.parse(await r.text());
+    assert.equal(r.status, 400);
+    assert.ok(body.error, `an error object, got ${JSON.stringify(body).slice(0, 200)}`);
+    assert.match(body.error.message, /parse positions|budget|capacity/);
+    const ok = await other;
+    assert.equal(ok.usage.completion_tokens, 24, 'the other request is served whole');
   });
 
   test('64 concurrent clients against 4 slots and a queue of 8: every answer 200 or 503, none dropped', async () => {

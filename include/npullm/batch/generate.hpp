@@ -92,6 +92,7 @@ enum class finish_reason {
   length,     // max_new_tokens generated
   stop,       // a stop token (kept) or a stop string (see request)
   cancelled,  // cancel(id): the tokens so far are kept, nothing more is generated
+  failed,     // its own sampling raised (a grammar the matcher gave up on): see failure
 };
 
 struct generation {
@@ -100,6 +101,7 @@ struct generation {
   std::string text;                      // with detokenize: the tokens' text (see request)
   std::vector<token_logprobs> logprobs;  // with logprobs: per token, from its raw logits row
   std::size_t stop_string = stop_string_match::none;  // the stop string that ended it, if one
+  std::optional<error> failure;  // finish == failed: the error its sampling raised
 };
 
 // Called for every generated token: (request id, token, finished).
@@ -348,6 +350,14 @@ class generator {
     return stop || length;
   }
 
+  // Request `id` ends with the error its own sampling raised (say, its grammar's matcher gave
+  // up: capacity_exhausted); the other requests go on.
+  void fail(std::size_t id, const error& e) {
+    generation& out = requests_.at(id).out;
+    out.finish = finish_reason::failed;
+    out.failure = e;
+  }
+
   // A sequence leaves the batch (finished, or preempted: the caller frees the table). Its KV
   // holds the context but its last token, all verified: those full blocks go to the prefix
   // cache. Its draft state goes.
@@ -448,9 +458,19 @@ class generator {
         const auto logits = out.logits_of(last[j]);
         if (e.resumed) {
           s.pending = s.context.back();
-        } else if (emit(e.id, s.rng.sample(logits, s.context), logits, cb)) {
-          retire(e.id, e.table);
-          continue;  // finished on its first token: the table goes, the blocks stay cached
+        } else {
+          std::int32_t token = 0;
+          try {
+            token = s.rng.sample(logits, s.context);
+          } catch (const error& err) {  // this request's own sampling: it alone fails
+            fail(e.id, err);
+            retire(e.id, e.table);
+            continue;
+          }
+          if (emit(e.id, token, logits, cb)) {
+            retire(e.id, e.table);
+            continue;  // finished on its first token: the table goes, the blocks stay cached
+          }
         }
         running_.push_back({e.id, std::move(e.table)});
         stats_.max_running = std::max(stats_.max_running, running_.size());
@@ -548,10 +568,19 @@ class generator {
       const std::size_t id = running_[i].id;
       state& s = requests_.at(id);
       const draft_proposal& d = proposals[i];
-      const round_verdict v =
-          verify_round([&](std::size_t j) { return out.logits_of(row + j); }, d, &s.rng, s.context);
-      // Keep the pending token and the accepted proposals: rejected KV is rolled back.
       table_type& table = running_[i].table;
+      round_verdict v;
+      try {
+        v = verify_round([&](std::size_t j) { return out.logits_of(row + j); }, d, &s.rng,
+                         s.context);
+      } catch (const error& err) {  // this request's own sampling: it alone fails
+        table.truncate(table.length() - d.tokens.size());
+        fail(id, err);
+        retire(id, table);
+        row += d.tokens.size() + 1;
+        continue;
+      }
+      // Keep the pending token and the accepted proposals: rejected KV is rolled back.
       table.truncate(table.length() - d.tokens.size() + v.accepted);
       stats_.proposed += d.tokens.size();
       stats_.accepted += v.accepted;

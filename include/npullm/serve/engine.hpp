@@ -354,10 +354,20 @@ class engine {
 
   using active_map = std::unordered_map<std::size_t, active>;
   typename active_map::iterator retire(typename active_map::iterator it, batch::finish_reason why) {
+    // A request whose own sampling failed (its grammar's matcher gave up) ends with that error,
+    // as a request the generator refused does; the others go on.
+    std::optional<error> failure;
+    if (why == batch::finish_reason::failed) failure = gen_->result(it->first).failure;
     gen_->release(it->first);
     // Counted before the reader learns it finished: what it reads next includes it.
-    done_one(why == batch::finish_reason::cancelled ? &metrics_.cancelled : &metrics_.finished);
-    it->second.out->finish(why);
+    done_one(why == batch::finish_reason::cancelled ? &metrics_.cancelled
+             : failure                              ? &metrics_.failed
+                                                    : &metrics_.finished);
+    if (failure) {
+      it->second.out->finish(batch::finish_reason::running, std::move(failure));
+    } else {
+      it->second.out->finish(why);
+    }
     return active_.erase(it);
   }
 
