@@ -1,13 +1,17 @@
 // automaton: a grammar (grammar.hpp) run over bytes as a lazily built deterministic automaton.
 //
 // The matcher is a pushdown over the flat grammar: a stack is a chain of frames
-// (position, parent frame), interned so that one frame id names a whole stack; a parse state is
-// the set of stacks whose top position is a character class, plus `accept` when the grammar
-// can end there. Moving past an element "settles" a stack: a reference pushes a frame and
-// enters every alternative of the rule (a reference last in its alternative pushes nothing: it
-// continues with its caller's parent, so x* stays flat); the end of an alternative pops to
-// the caller's next position; popping the root sets accept. Left recursion is refused by the
-// grammar builder, so settling ends; tail cycles are cut by visiting each (position, parent)
+// (position, parent frame, count), interned so that one frame id names a whole stack; a parse
+// state is the set of stacks whose top position waits on a character class, plus `accept`
+// when the grammar can end there. Moving past an element "settles" a stack: a reference
+// pushes a frame and enters every alternative of the rule (a reference last in its
+// alternative pushes nothing: it continues with its caller's parent, so x* stays flat); the
+// end of an alternative pops to the caller's next position; popping the root sets accept.
+// A counted repetition x{m,n} (a `rep` element) at count c may stop when c >= m and take one
+// more x when c < n: a class x waits at the repetition itself with count c; a rule x is
+// entered with a frame (the repetition, c + 1), so its end pops back to the repetition with
+// the count advanced (x{m,}: the count stops at m). Left recursion is refused by the grammar
+// builder, so settling ends; tail cycles are cut by visiting each (position, parent, count)
 // once per step.
 //
 // Bytes: a state also holds a partial UTF-8 character (the bytes of a code point seen so far).
@@ -72,7 +76,7 @@ class byte_automaton {
     std::vector<std::uint32_t> out;
     bool accept = false;
     clear_visited();
-    for (const std::uint32_t a : g_.rule_alts[g_.root]) settle(a, no_parent, out, accept);
+    for (const std::uint32_t a : g_.rule_alts[g_.root]) settle({a, no_parent, 0}, out, accept);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     start_ = intern(out, accept, 0, 0, 0);
@@ -117,7 +121,7 @@ class byte_automaton {
     if (st.need != 0 || (bytes[0] | bytes[1]) == 0) return mixed;
     bool any = false;
     for (std::uint32_t k = 0; k < st.count; ++k) {
-      const char_class& c = g_.classes[g_.elements[frames_[state_frames_[st.begin + k]].pos].value];
+      const char_class& c = class_of(state_frames_[st.begin + k]);
       const auto& a = c.ascii();
       const bool all = (a[0] & bytes[0]) == bytes[0] && (a[1] & bytes[1]) == bytes[1];
       if (!all && ((a[0] & bytes[0]) | (a[1] & bytes[1])) != 0) return mixed;
@@ -157,7 +161,7 @@ class byte_automaton {
     const state_info& st = info(s);
     if (st.need != 0) return false;
     for (std::uint32_t k = 0; k < st.count; ++k) {
-      const char_class& c = g_.classes[g_.elements[frames_[state_frames_[st.begin + k]].pos].value];
+      const char_class& c = class_of(state_frames_[st.begin + k]);
       const bool all = c.contains_all(0x80, 0xD7FF) && c.contains_all(0xE000, max_code_point);
       const bool none = !c.intersects(0x80, 0xD7FF) && !c.intersects(0xE000, max_code_point);
       if (!all && !none) return false;
@@ -183,8 +187,18 @@ class byte_automaton {
   static constexpr std::uint32_t no_parent = 0xFFFFFFFFu;
 
   struct frame {
-    std::uint32_t pos;     // an element position
-    std::uint32_t parent;  // frame id of the caller, or no_parent
+    std::uint32_t pos;        // an element position
+    std::uint32_t parent;     // frame id of the caller, or no_parent
+    std::uint32_t count = 0;  // at a rep element: the repetitions so far (else 0)
+    bool operator==(const frame&) const = default;
+  };
+  struct frame_hash {
+    std::size_t operator()(const frame& f) const noexcept {
+      std::uint64_t h =
+          ((static_cast<std::uint64_t>(f.pos) << 32) | f.parent) * 0x9E3779B97F4A7C15ull;
+      h ^= (h >> 29) + f.count * 0xC2B2AE3D27D4EB4Full;
+      return static_cast<std::size_t>(h ^ (h >> 32));
+    }
   };
   struct state_info {
     std::uint32_t begin = 0, count = 0;  // its frames in state_frames_
@@ -194,51 +208,80 @@ class byte_automaton {
     char32_t value = 0;     // its bits so far
   };
 
-  std::uint32_t frame_id(std::uint32_t pos, std::uint32_t parent) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(pos) << 32) | parent;
-    const auto [it, inserted] = frame_ids_.emplace(key, static_cast<std::uint32_t>(frames_.size()));
+  std::uint32_t frame_id(const frame& f) {
+    const auto [it, inserted] = frame_ids_.emplace(f, static_cast<std::uint32_t>(frames_.size()));
     if (inserted) {
-      frames_.push_back({pos, parent});
+      frames_.push_back(f);
       add_bytes(sizeof(frame) + 48);  // the frame and its map node
     }
     return it->second;
   }
+  // The class the stack of frame f waits on (its top is a class or a repetition of one).
+  const char_class& class_of(std::uint32_t f) const {
+    element el = g_.elements[frames_[f].pos];
+    if (el.kind == element::rep) el = g_.reps[el.value].item;
+    return g_.classes[el.value];
+  }
+  // The count after one more repetition of rp from c (x{m,}: it stops at m).
+  static std::uint32_t counted(const repetition& rp, std::uint32_t c) noexcept {
+    return rp.max == repetition::unbounded && c >= rp.min ? rp.min : c + 1;
+  }
+  // Where a stack goes once the element it waits on (frame f) is matched: past it, or back
+  // to its repetition with the count advanced.
+  frame after(const frame& f) const {
+    const element el = g_.elements[f.pos];
+    if (el.kind == element::rep) return {f.pos, f.parent, counted(g_.reps[el.value], f.count)};
+    return {f.pos + 1, f.parent, 0};
+  }
 
-  // Moves a stack to position pos (with parent) and collects the frames waiting on a class;
-  // a worklist, not recursion: nested nullable repetitions go deep.
-  void settle(std::uint32_t pos, std::uint32_t parent, std::vector<std::uint32_t>& out,
-              bool& accept) {
+  // Moves a stack to frame `start` (position, parent, count) and collects the frames waiting
+  // on a class; a worklist, not recursion: nested nullable repetitions go deep.
+  void settle(const frame& start, std::vector<std::uint32_t>& out, bool& accept) {
     work_.clear();
-    work_.emplace_back(pos, parent);
+    work_.push_back(start);
     while (!work_.empty()) {
-      auto [p, par] = work_.back();
+      frame at = work_.back();
       work_.pop_back();
       for (;;) {
-        const std::uint64_t key = (static_cast<std::uint64_t>(p) << 32) | par;
-        if (!visited_.insert(key).second) break;
+        if (!visited_.insert(at).second) break;
         if (visited_.size() > max_visited)
           raise(error_code::capacity_exhausted, "grammar: more than ", max_visited,
                 " parse positions after one character (a very ambiguous grammar, such as nested "
                 "repetitions of optional parts)");
-        const element el = g_.elements[p];
+        const element el = g_.elements[at.pos];
         if (el.kind == element::cls) {
-          out.push_back(frame_id(p, par));
+          out.push_back(frame_id(at));
           break;
         }
         if (el.kind == element::end) {
-          if (par == no_parent) {
+          if (at.parent == no_parent) {
             accept = true;
             break;
           }
-          const frame f = frames_[par];
-          p = f.pos + 1;
-          par = f.parent;
+          // Back to the caller: past its reference, or to its repetition (count advanced).
+          const frame f = frames_[at.parent];
+          at = g_.elements[f.pos].kind == element::rep ? f : frame{f.pos + 1, f.parent, 0};
+          continue;
+        }
+        if (el.kind == element::rep) {
+          const repetition& rp = g_.reps[el.value];
+          if (rp.max == repetition::unbounded || at.count < rp.max) {  // one more x
+            if (rp.item.kind == element::cls) {
+              out.push_back(frame_id(at));
+            } else {
+              const std::uint32_t caller = frame_id({at.pos, at.parent, counted(rp, at.count)});
+              for (const std::uint32_t a : g_.rule_alts[rp.item.value])
+                work_.push_back({a, caller, 0});
+            }
+          }
+          if (at.count < rp.min) break;
+          at = {at.pos + 1, at.parent, 0};  // or stop here
           continue;
         }
         // A reference: last in its alternative, it returns straight to our caller.
-        const bool tail = g_.elements[p + 1].kind == element::end;
-        const std::uint32_t callee_parent = tail ? par : frame_id(p, par);
-        for (const std::uint32_t a : g_.rule_alts[el.value]) work_.emplace_back(a, callee_parent);
+        const bool tail = g_.elements[at.pos + 1].kind == element::end;
+        const std::uint32_t callee_parent = tail ? at.parent : frame_id(at);
+        for (const std::uint32_t a : g_.rule_alts[el.value]) work_.push_back({a, callee_parent, 0});
         break;
       }
     }
@@ -282,11 +325,8 @@ class byte_automaton {
     out.clear();
     bool accept = false;
     clear_visited();
-    for (const std::uint32_t f : cur) {
-      const frame fr = frames_[f];
-      if (any_cp || g_.classes[g_.elements[fr.pos].value].contains(cp))
-        settle(fr.pos + 1, fr.parent, out, accept);
-    }
+    for (const std::uint32_t f : cur)
+      if (any_cp || class_of(f).contains(cp)) settle(after(frames_[f]), out, accept);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     if (out.empty() && !accept) return dead;
@@ -313,7 +353,7 @@ class byte_automaton {
     const bool all_valid = lo == raw_lo && hi == raw_hi && (hi < 0xD800 || lo > 0xDFFF);
     bool all_or_none = all_valid;
     for (const std::uint32_t f : cur) {
-      const char_class& c = g_.classes[g_.elements[frames_[f].pos].value];
+      const char_class& c = class_of(f);
       if (!c.intersects(lo, hi)) continue;
       out.push_back(f);
       if (all_or_none && !c.contains_all(lo, hi)) all_or_none = false;
@@ -336,7 +376,7 @@ class byte_automaton {
       std::fill(takers.begin(), takers.end(), 0);
       bool any = false;
       for (std::size_t k = 0; k < cur.size(); ++k) {
-        if (g_.classes[g_.elements[frames_[cur[k]].pos].value].contains(b)) {
+        if (class_of(cur[k]).contains(b)) {
           takers[k >> 6] |= std::uint64_t{1} << (k & 63);
           any = true;
         }
@@ -390,7 +430,7 @@ class byte_automaton {
   // Written under build_ only; read under it too but for the pages (below).
   mutable std::mutex build_;
   std::vector<frame> frames_;
-  std::unordered_map<std::uint64_t, std::uint32_t> frame_ids_;
+  std::unordered_map<frame, std::uint32_t, frame_hash> frame_ids_;
   std::vector<std::uint32_t> state_frames_;
   std::unordered_map<std::string, state_id> state_ids_;
   std::atomic<std::uint32_t> count_{0};
@@ -466,18 +506,18 @@ class byte_automaton {
     }
     dir_.store(d, std::memory_order_release);
   }
-  std::unordered_set<std::uint64_t> visited_;
+  std::unordered_set<frame, frame_hash> visited_;
   // clear() costs the bucket count, which one wide step (a start state 100,000 rules deep)
   // leaves large for every later step: a fresh set then instead (10^5 bytes through a chain of
   // 10^5 rules: 3 s of memset before).
   void clear_visited() {
     if (visited_.bucket_count() > 4096 && visited_.size() < visited_.bucket_count() / 8)
-      std::unordered_set<std::uint64_t>().swap(visited_);
+      std::unordered_set<frame, frame_hash>().swap(visited_);
     else
       visited_.clear();
   }
   std::vector<std::uint32_t> scratch_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> work_;  // settle's (position, parent)
+  std::vector<frame> work_;  // settle's frames to visit
 };
 
 }  // namespace npullm::grammar

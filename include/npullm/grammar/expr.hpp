@@ -102,9 +102,18 @@ class char_class {
 };
 
 struct element {
-  enum kind_t : std::uint8_t { cls, ref, end };
+  enum kind_t : std::uint8_t { cls, ref, end, rep };
   kind_t kind = end;
-  std::uint32_t value = 0;  // class index (cls) or rule id (ref)
+  std::uint32_t value = 0;  // class index (cls), rule id (ref) or repetition index (rep)
+};
+
+// A counted repetition x{min,max} as one element: x a class or a reference; the matcher
+// keeps the count in the stack frame (automaton.hpp), so x{0,10^6} is one element, not a
+// chain of 10^6 rules. max == unbounded: no upper bound (the count stops at min).
+struct repetition {
+  element item;  // cls or ref
+  std::uint32_t min = 0, max = 0;
+  static constexpr std::uint32_t unbounded = std::numeric_limits<std::uint32_t>::max();
 };
 
 struct grammar {
@@ -112,6 +121,7 @@ struct grammar {
   std::vector<std::vector<std::uint32_t>> rule_alts;  // by rule id: alternatives' start positions
   std::vector<element> elements;                      // every alternative, each ended by `end`
   std::vector<char_class> classes;
+  std::vector<repetition> reps;  // by the `value` of a rep element
   std::uint32_t root = 0;
 };
 
@@ -139,20 +149,24 @@ struct expr {
     return e;
   }
   static expr repeat(expr x, std::uint32_t lo, std::uint32_t hi) {
-    // (x{a,A}){b,B} with a <= 1 is x{a*b, A*B}: the counts it allows are contiguous. Nested
-    // stars of a nullable x would otherwise give the matcher exponentially many stacks.
-    // A product past 2^32 - 1 stays nested rather than become unbounded (a wider language).
+    // (x{a,A}){b,B} with a <= 1 is x{a*b, A*B}: k repetitions make every count of [k*a, k*A],
+    // and with a <= 1 these ranges leave no gap between k and k + 1. Nested counts of a
+    // nullable x would otherwise give the matcher a stack per way of splitting the text.
+    // A product past 2^32 - 2 is capped there: narrower only for texts of over 4 GiB, which
+    // no matcher reaches (the automaton's byte budget ends a run long before), where going
+    // unbounded would accept more than the grammar does.
     const expr* inner = &x;
     while (inner->kind == seq && inner->items.size() == 1) inner = &inner->items[0];
-    if (inner->kind == rep && inner->min <= 1 && inner->max >= 1 && hi >= 1 && lo <= 1) {
+    if (inner->kind == rep && inner->min <= 1 && inner->max >= 1 && hi >= 1) {
       const std::uint32_t a = inner->min, b = inner->max;
-      const std::uint64_t top = static_cast<std::uint64_t>(b) * hi;
-      if (b == unbounded || hi == unbounded || top < unbounded) {
-        const std::uint32_t new_hi =
-            (b == unbounded || hi == unbounded) ? unbounded : static_cast<std::uint32_t>(top);
-        expr y = inner->items[0];
-        return repeat(std::move(y), a * lo, new_hi);
-      }
+      const auto cap = [](std::uint64_t v) {
+        return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, unbounded - 1));
+      };
+      const std::uint32_t new_lo = cap(std::uint64_t{a} * lo);
+      const std::uint32_t new_hi =
+          (b == unbounded || hi == unbounded) ? unbounded : cap(std::uint64_t{b} * hi);
+      expr y = inner->items[0];
+      return repeat(std::move(y), new_lo, new_hi);
     }
     expr e = make(rep, {});
     e.depth = x.depth + 1;

@@ -9,16 +9,19 @@
 //
 // The builder lowers expressions (sequences, alternatives, classes, references, repetitions
 // {min, max}) into that form: a group or alternative inside a sequence becomes a rule of its
-// own, x{m,n} becomes m copies of x then O_{n-m} of the chain O_k ::= x O_{k-1} | (empty),
-// x{m,} m copies then a right-recursive rule R ::= x R | (empty). The chain and R are made
-// once per repeated element and shared by every repetition of it (every maxLength of a schema
-// walks one chain of string characters; "a"{0,99999} written 100 times is one chain).
+// own. Repetition: x? is O ::= x | (empty), x* the right-recursive R ::= x R | (empty), x+ is
+// x R (each made once per repeated element and shared); every other count, x{m,n} and x{m,}
+// with m > 1, is one `rep` element (grammar::reps: the element x, m, n) whatever m and n: the
+// matcher keeps the count in its stack frame (automaton.hpp), as llguidance's lexer counts,
+// so "a"{0,10^9} costs one element, and "a"{0,99999} over 100 different classes 100 elements,
+// where they were chains of 10^9 and 10^7 rules.
 //
 // Compile budget (grammar_limits): inputs come from the network, so every grammar is built
-// under limits on its rules, elements and bytes, checked before a repetition is expanded
-// (x{0,10^9} is refused at once, not after allocating 24 GB), and on the nesting of the
-// expressions (the builder, the parsers and the expressions' destructors recurse on it).
-// Running out is npullm::error capacity_exhausted naming the limit and its value.
+// under limits on its rules, elements and bytes, checked before anything is allocated, and
+// on the nesting of the expressions (the builder, the parsers and the expressions'
+// destructors recurse on it). Running out is npullm::error capacity_exhausted naming the
+// limit and its value. A long counted repetition costs at match time instead: a state per
+// count reached, under the automaton's byte budget.
 //
 // Left recursion policy: refused. A rule that can reach itself at its left edge (through
 // nullable prefixes) with a continuation left to match after the reference would need an
@@ -178,37 +181,25 @@ class grammar_builder {
     return {element::ref, r};
   }
 
-  // The key of a repeated element in chains_ / stars_.
+  // The key of a repeated element in optionals_ / stars_.
   static std::uint64_t element_key(element one) {
     return (static_cast<std::uint64_t>(one.kind) << 32) | one.value;
   }
 
-  // O_k ::= x O_{k-1} | (empty), O_1 ::= x | (empty), for the element x: made once for each
-  // element, extended as longer repetitions of it ask, checked against the budget first.
-  std::uint32_t optional_chain(element one, std::uint32_t k, std::uint32_t owner) {
-    std::vector<std::uint32_t>& chain = chains_[element_key(one)];
-    if (chain.size() < k) {
-      const std::size_t more = k - chain.size();
-      const std::string what = "a repetition of up to " + std::to_string(k);
-      const std::size_t rules = g_.rule_names.size() + more;
-      if (rules > limits_.max_rules) exhausted(what, rules, "max_rules", limits_.max_rules);
-      if (bytes_ + more * rule_bytes > limits_.max_bytes)
-        exhausted(what, bytes_ + more * rule_bytes, "max_bytes", limits_.max_bytes);
-      reserve(0, 4 * more, 2 * more, what);
-      chain.reserve(k);
-      while (chain.size() < k) {
-        const std::uint32_t r = fresh(g_.rule_names[owner]);
-        g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-        g_.elements.push_back(one);
-        if (!chain.empty()) g_.elements.push_back({element::ref, chain.back()});
-        g_.elements.push_back({element::end, 0});
-        g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-        g_.elements.push_back({element::end, 0});
-        defined_[r] = true;
-        chain.push_back(r);
-      }
-    }
-    return chain[k - 1];
+  // O ::= x | (empty), for the element x: made once for each element.
+  std::uint32_t optional_rule(element one, std::uint32_t owner) {
+    const auto [it, inserted] = optionals_.emplace(element_key(one), 0);
+    if (!inserted) return it->second;
+    const std::uint32_t r = fresh(g_.rule_names[owner]);
+    reserve(0, 3, 2);
+    g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
+    g_.elements.push_back(one);
+    g_.elements.push_back({element::end, 0});
+    g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
+    g_.elements.push_back({element::end, 0});
+    defined_[r] = true;
+    it->second = r;
+    return r;
   }
   // R ::= x R | (empty): right recursive, so the matcher's stack stays flat; one per element.
   std::uint32_t star_rule(element one, std::uint32_t owner) {
@@ -241,20 +232,22 @@ class grammar_builder {
           raise(error_code::invalid_argument, "grammar: repetition {", e.min, ",", e.max,
                 "} has max < min");
         if (e.max == 0) return;
-        // The size first: min copies inline, then one reference.
-        if (out.size() + e.min > limits_.max_elements)
-          exhausted("a repetition of " + std::to_string(e.min) + " copies",
-                    out.size() + e.min + g_.elements.size(), "max_elements", limits_.max_elements);
-        if (e.max != expr::unbounded && e.max - e.min > limits_.max_rules)
-          exhausted("a repetition of up to " + std::to_string(e.max), e.max - e.min, "max_rules",
-                    limits_.max_rules);
         const element one = lower_one(x, owner);
-        out.insert(out.end(), e.min, one);
-        if (e.max == expr::unbounded) {
-          out.push_back({element::ref, star_rule(one, owner)});
-        } else if (e.max > e.min) {
-          out.push_back({element::ref, optional_chain(one, e.max - e.min, owner)});
+        if (e.min <= 1 && (e.max <= 1 || e.max == expr::unbounded)) {
+          // x, x?, x*, x+: the rules every grammar is made of, as they were.
+          if (e.min == 1) out.push_back(one);
+          if (e.max == expr::unbounded) {
+            out.push_back({element::ref, star_rule(one, owner)});
+          } else if (e.max > e.min) {
+            out.push_back({element::ref, optional_rule(one, owner)});
+          }
+          return;
         }
+        // A count: one element, x{m,n} or x{m,} (repetition::unbounded is expr::unbounded).
+        reserve(0, 1, 0, "a counted repetition");
+        bytes_ += sizeof(repetition);
+        g_.reps.push_back({one, e.min, e.max});
+        out.push_back({element::rep, static_cast<std::uint32_t>(g_.reps.size() - 1)});
         return;
       }
     }
@@ -264,6 +257,14 @@ class grammar_builder {
     std::vector<element> out;
     lower_into(e, owner, out);
     return out;
+  }
+
+  // What an element needs matched for its alternative to derive anything: itself, or a
+  // repetition's element when the count must reach 1 (an `end` element: nothing).
+  [[nodiscard]] element required(element el) const {
+    if (el.kind != element::rep) return el;
+    const repetition& rp = g_.reps[el.value];
+    return rp.min > 0 ? rp.item : element{element::end, 0};
   }
 
   // Linear: nullable rules by a worklist over the alternatives, then Tarjan's strongly
@@ -281,11 +282,13 @@ class grammar_builder {
         std::uint32_t refs = 0;
         bool has_class = false;
         for (std::uint32_t p = a; g_.elements[p].kind != element::end; ++p) {
-          if (g_.elements[p].kind == element::cls) {
+          // A repetition counts as its element when it needs one (min > 0), else not at all.
+          const element el = required(g_.elements[p]);
+          if (el.kind == element::cls) {
             has_class = true;
-          } else {
+          } else if (el.kind == element::ref) {
             ++refs;
-            used_in[g_.elements[p].value].push_back(id);
+            used_in[el.value].push_back(id);
           }
         }
         // A class makes the alternative non-nullable for good: never counted down to 0.
@@ -318,6 +321,19 @@ class grammar_builder {
       for (const std::uint32_t a : g_.rule_alts[r]) {
         for (std::uint32_t p = a; g_.elements[p].kind != element::end; ++p) {
           const auto& el = g_.elements[p];
+          if (el.kind == element::rep) {
+            // Its element is entered with a frame to count (a push edge); the repetition is
+            // nullable when it may stop at 0 or its element is.
+            const repetition& rp = g_.reps[el.value];
+            if (rp.item.kind == element::ref) {
+              edge_to.push_back(rp.item.value);
+              push_edges.emplace_back(r, rp.item.value);
+              if (rp.min > 0 && !nullable[rp.item.value]) break;
+            } else if (rp.min > 0) {
+              break;
+            }
+            continue;
+          }
           if (el.kind == element::cls) break;
           edge_to.push_back(el.value);
           if (g_.elements[p + 1].kind != element::end) push_edges.emplace_back(r, el.value);
@@ -401,7 +417,7 @@ class grammar_builder {
       for (std::size_t a = 0; a < alt_rule.size(); ++a) {
         std::uint32_t refs = 0;
         for (std::uint32_t p = alt_start[a]; g_.elements[p].kind != element::end; ++p)
-          refs += g_.elements[p].kind == element::ref;
+          refs += required(g_.elements[p]).kind == element::ref;
         wait[a] = refs;
       }
       const auto make = [&](std::uint32_t r) {
@@ -430,8 +446,8 @@ class grammar_builder {
   std::size_t bytes_ = 0;  // what the grammar holds so far, about (reserve())
   std::unordered_map<std::string, std::uint32_t> ids_;
   std::unordered_map<std::string, std::uint32_t> class_ids_;
-  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> chains_;  // optional_chain()
-  std::unordered_map<std::uint64_t, std::uint32_t> stars_;                // star_rule()
+  std::unordered_map<std::uint64_t, std::uint32_t> optionals_;  // optional_rule()
+  std::unordered_map<std::uint64_t, std::uint32_t> stars_;      // star_rule()
   std::vector<bool> defined_;
   std::uint32_t counter_ = 0;
 };
