@@ -21,6 +21,10 @@ namespace npullm::grammar {
 
 inline constexpr char32_t max_code_point = 0x10FFFF;
 
+// The largest count a repetition takes (GBNF's {m,n}, maxLength, minItems, ...): a count is
+// one element of the grammar whatever its value (grammar.hpp), 2^32 - 1 meaning unbounded.
+inline constexpr std::uint32_t max_repetition_count = 4'294'967'294u;
+
 // The compile budget of one grammar (see the top). The defaults hold every MaskBench schema
 // and llama.cpp grammar with a wide margin (the largest MaskBench grammar: about 40,000 rules
 // and 300,000 elements) and keep a hostile input under about 200 MB and a second.

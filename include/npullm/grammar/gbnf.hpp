@@ -16,7 +16,7 @@
 // Bounds (grammar_limits, grammar.hpp): nesting deeper than max_depth expression levels
 // (groups, repetition operators) and a grammar over the compile budget are capacity_exhausted,
 // found while parsing (the parser recurses only on groups, each taking the budget); counts in
-// {m,n} are at most 100,000 and a repetition's size is checked before it is expanded.
+// {m,n} are at most max_repetition_count (2^32 - 2), each one element of the grammar.
 #pragma once
 
 #include <cstddef>
@@ -242,7 +242,7 @@ class gbnf_parser {
     const std::size_t b = pos_;
     while (peek() >= '0' && peek() <= '9') {
       v = v * 10 + static_cast<std::uint64_t>(peek() - '0');
-      if (v > 100000) fail_at(b, "repetition count above 100000");
+      if (v > max_repetition_count) fail_at(b, "repetition count above ", max_repetition_count);
       ++pos_;
     }
     return static_cast<std::uint32_t>(v);

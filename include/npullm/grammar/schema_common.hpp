@@ -218,7 +218,7 @@ inline std::optional<std::uint32_t> count(const json& s, const char* k, const st
   if (!v.is_number() || v.get<double>() < 0)
     invalid(path, std::string("'") + k + "' must be a non-negative number");
   const double d = v.get<double>();
-  if (d > 100000) refuse(path, k, "above 100000");
+  if (d > max_repetition_count) refuse(path, k, "above " + std::to_string(max_repetition_count));
   return static_cast<std::uint32_t>(std::ceil(d));
 }
 
