@@ -4,6 +4,7 @@
 //
 //   npullm_bench -m model.gguf [-m hf-dir] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2]
 //                [-o md|csv|json|jsonl] [-ctk TYPE -ctv TYPE | --kv TYPE] [--packing auto|off|on]
+//                [--no-limits]
 //
 // The tests mean what llama-bench means by them: ppP is one prefill of P random tokens in a
 // fresh context (logits of the last one); tgN is N single-token decode steps from an empty
@@ -21,13 +22,17 @@
 // (the caller's thread included). Besides llama-bench's fields, csv / json / jsonl give npullm's
 // own: packing, packed_bytes, kv_bytes (the bytes of the KV cache the test ran with, as
 // allocated for its longest context: what shows that -ctk / -ctv took effect), median_ts,
-// npullm_isa.
+// npullm_isa. Every format also gives each test's figures against the machine
+// (bench_roofline.hpp): the bytes a token reads and the GB/s at the measured t/s, as a % of the
+// read loop; the GFLOP/s, as a % of the peak of the weights' kind; the limits measured in this
+// process once per thread count, before that count's first test (--no-limits: not measured).
 //
 // Counts are whole numbers in their flag's range (tools/cli.hpp): -p / -n / -d 0 up to
 // 999999999, -r from 1, -t 1..1024; a bad one prints the flag and the value, then the usage.
 //
 // The parts: bench_options.hpp (the command line), bench_report.hpp (what a model is, a test's
-// statistics, the printers); this file, the runs.
+// statistics, the printers), bench_roofline.hpp (a test's bytes and flops, the limits); this
+// file, the runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -73,7 +78,7 @@ std::size_t kv_bytes(const LM& lm) {
 // Every test of one model at one thread count, through a pipeline with KV of type K.
 template <class K, class W>
 void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, const model_info& m,
-               std::size_t threads, const options& o, printer& out) {
+               std::size_t threads, const machine_limits* limits, const options& o, printer& out) {
   using config = model::pipeline_config<model::contiguous_kv<K>, model::dynamic_attention<>, W>;
   const std::size_t longest =
       *std::max_element(o.depth.begin(), o.depth.end()) +
@@ -84,6 +89,7 @@ void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, co
       weights,
       {.max_sequence = std::max<std::size_t>(longest, 1), .pool = &pool, .packing = o.packing});
   const std::size_t vocab = lm.config().vocab_size;
+  const model_work work = work_of(*weights, o.packing, lm.packed_bytes());
   std::mt19937 rng(1234);
   auto random_tokens = [&](std::size_t n) {
     std::vector<std::int32_t> ids(n);
@@ -101,6 +107,9 @@ void run_tests(const std::shared_ptr<const model::model_weights<W>>& weights, co
     r.time = utc_now();
     r.packed_bytes = lm.packed_bytes();
     r.kv_bytes = kv_bytes(lm);
+    r.work = work_of_test(work, r.n_prompt, r.n_gen, r.n_depth, o);
+    r.peak_kind = work.peak;
+    r.limits = limits;
     start(r.n_depth);
     warm_up();
     const double tokens = static_cast<double>(r.n_prompt + r.n_gen);
@@ -143,19 +152,22 @@ void run_model(const std::string& path, const options& o, printer& out) {
   model::with_stored_weights(path, [&](auto weights) {
     const model_info m = describe(path, *weights);
     for (const std::size_t t : o.threads) {
+      // Measured once per thread count in this process (or read from NPULLM_BENCH_LIMITS, as
+      // `make bench` hands them), while no pipeline runs.
+      const machine_limits* l = o.limits ? &npullm::bench::limits_for(t) : nullptr;
       const std::string& k = o.type_k;  // == o.type_v, or q8_0 / q4_0 (parse_args)
       if (k != o.type_v) {
-        run_tests<npullm::kv::mixed<npullm::kv::q8_0, npullm::kv::q4_0>>(weights, m, t, o, out);
+        run_tests<npullm::kv::mixed<npullm::kv::q8_0, npullm::kv::q4_0>>(weights, m, t, l, o, out);
       } else if (k == "f32") {
-        run_tests<float>(weights, m, t, o, out);
+        run_tests<float>(weights, m, t, l, o, out);
       } else if (k == "f16") {
-        run_tests<npullm::float16>(weights, m, t, o, out);
+        run_tests<npullm::float16>(weights, m, t, l, o, out);
       } else if (k == "bf16") {
-        run_tests<npullm::bfloat16>(weights, m, t, o, out);
+        run_tests<npullm::bfloat16>(weights, m, t, l, o, out);
       } else if (k == "q8_0") {
-        run_tests<npullm::kv::q8_0>(weights, m, t, o, out);
+        run_tests<npullm::kv::q8_0>(weights, m, t, l, o, out);
       } else {
-        run_tests<npullm::kv::q4_0>(weights, m, t, o, out);
+        run_tests<npullm::kv::q4_0>(weights, m, t, l, o, out);
       }
     }
   });

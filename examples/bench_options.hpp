@@ -47,9 +47,28 @@ inline constexpr const char* usage_text =
     "  --kv TYPE                both at once\n"
     "  --packing MODE           the weights' packing (model::weight_packing): auto (default),\n"
     "                           off, or on (quantized layers also get int8 GEMM panels)\n"
+    "  --no-limits              do not measure the machine's limits (a second or two per\n"
+    "                           thread count); the % columns show -, their fields 0\n"
     "\n"
     "t/s is the mean over the runs of tokens / seconds, +- the sample standard deviation;\n"
-    "csv, json and jsonl also give the median and the samples.\n";
+    "csv, json and jsonl also give the median and the samples.\n"
+    "\n"
+    "Beside t/s, the figures against the machine, per test and thread count:\n"
+    "  MB/tok   the bytes a token reads at least: the weights one pass reads (in the form the\n"
+    "           pipeline reads them: tiles or panels where it packed them, else the file's;\n"
+    "           a mixture's experts k of n; not the embedding), once a decode step, once a\n"
+    "           prefill (divided by its tokens), plus the K and V read at the test's depth\n"
+    "  GB/s     MB/tok x t/s\n"
+    "  % read   of the read loop's GB/s (benchmarks/machine_limits.hpp), measured in this\n"
+    "           process at the same threads: what bounds a decode step\n"
+    "  GFLOP/s  (2 x the parameters a token multiplies + attention's 4 x heads x head_dim x\n"
+    "           keys seen) x t/s; the LM head counts once a prefill (its last row)\n"
+    "  % peak   of the peak of the weights' kind, measured likewise: the int8 dot product for\n"
+    "           quantized weights, the bf16 dot product for bf16 ones, else the f32 FMA\n"
+    "           (limits below the table); what bounds a prefill\n"
+    "csv / json / jsonl: bytes_per_token, weight_bytes_per_token, kv_read_bytes_per_token,\n"
+    "gbps, read_loop_gbps, pct_read_loop, flops_per_token, gflops, peak_kind, peak_gflops,\n"
+    "pct_peak.\n";
 
 struct options {
   std::vector<std::string> models;
@@ -59,6 +78,7 @@ struct options {
   std::string output = "md";
   std::string type_k = "f16", type_v = "f16";  // KV element types (kv_types below)
   model::weight_packing packing = model::weight_packing::automatic;
+  bool limits = true;  // measure the machine's limits (--no-limits: not)
 };
 
 std::vector<std::string> split(std::string_view s) {
@@ -97,6 +117,10 @@ options parse_args(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(usage_text, stdout);
       std::exit(0);
+    }
+    if (a == "--no-limits") {
+      o.limits = false;
+      continue;
     }
     if (i + 1 >= argc) {
       npullm::raise(npullm::error_code::invalid_argument, "unknown option or missing value: ", a);

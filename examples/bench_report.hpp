@@ -1,8 +1,8 @@
 // npullm_bench's output (bench.cpp is the program): what a model is (llama-bench's model / size
 // / params columns, from a GGUF file's tensors or the weights a model directory binds), one
-// test's result with its statistics (mean, sample standard deviation, median), and the printers
-// of md, csv, json and jsonl with llama-bench's fields and npullm's own. A part of bench.cpp,
-// included by it alone.
+// test's result with its statistics (mean, sample standard deviation, median) and its figures
+// against the machine (bench_roofline.hpp), and the printers of md, csv, json and jsonl with
+// llama-bench's fields and npullm's own. A part of bench.cpp, included by it alone.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_options.hpp"
+#include "bench_roofline.hpp"
 #include "npullm/core/isa.hpp"
 #include "npullm/io/gguf.hpp"
 #include "npullm/model/weights.hpp"
@@ -132,11 +133,14 @@ model_info describe(const std::string& path, const Weights& w) {
 struct result {
   const model_info* model = nullptr;
   std::size_t threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0;
-  std::string time = {};               // when the test started, UTC (ISO 8601)
-  std::vector<std::uint64_t> ns = {};  // per run
-  std::vector<double> ts = {};         // tokens / second per run
-  std::size_t packed_bytes = 0;        // the pipeline's packed weight copies
-  std::size_t kv_bytes = 0;            // the pipeline's KV cache, as allocated
+  std::string time = {};                   // when the test started, UTC (ISO 8601)
+  std::vector<std::uint64_t> ns = {};      // per run
+  std::vector<double> ts = {};             // tokens / second per run
+  std::size_t packed_bytes = 0;            // the pipeline's packed weight copies
+  std::size_t kv_bytes = 0;                // the pipeline's KV cache, as allocated
+  test_work work = {};                     // per token: bytes it reads, flops (bench_roofline.hpp)
+  std::string peak_kind = "f32";           // model_work::peak
+  const machine_limits* limits = nullptr;  // at r.threads; null with --no-limits
 
   [[nodiscard]] std::string test() const {
     return (n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen)) +
@@ -159,6 +163,28 @@ double stddev(const std::vector<T>& v) {
   double s = 0;
   for (const T x : v) s += (static_cast<double>(x) - m) * (static_cast<double>(x) - m);
   return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+// A result's figures against the machine: bytes and flops per token times the mean t/s, and
+// their share of the limits at its thread count (0 where --no-limits measured none).
+struct figures {
+  double bytes = 0, gbps = 0, read_gbps = 0, pct_read = 0;
+  double gflops = 0, peak_gflops = 0, pct_peak = 0;
+  std::string peak_kind;
+};
+
+figures figures_of(const result& r) {
+  const double ts = mean(r.ts);
+  figures f{.bytes = r.work.weight_bytes + r.work.kv_bytes, .peak_kind = r.peak_kind};
+  f.gbps = f.bytes * ts / 1e9;
+  f.gflops = r.work.flops * ts / 1e9;
+  if (r.limits != nullptr) {
+    f.read_gbps = r.limits->read_gbps;
+    f.peak_gflops = peak_gflops(*r.limits, f.peak_kind);
+    f.pct_read = f.read_gbps > 0 ? 100 * f.gbps / f.read_gbps : 0;
+    f.pct_peak = f.peak_gflops > 0 ? 100 * f.gflops / f.peak_gflops : 0;
+  }
+  return f;
 }
 
 double median(std::vector<double> v) {
@@ -227,7 +253,11 @@ std::string join(const std::vector<T>& v, std::string_view sep, auto&& fmt) {
 }
 
 // The fields of csv, json and jsonl, llama-bench's names where they mean the same, in its
-// order; then npullm's own (packing, packed_bytes, kv_bytes, median_ts, npullm_isa).
+// order; then npullm's own (packing, packed_bytes, kv_bytes, median_ts, npullm_isa), then the
+// figures against the machine (per token: bytes_per_token = weight_ + kv_read_bytes_per_token,
+// flops_per_token; at the mean t/s: gbps, gflops; the limits at the test's threads and the
+// shares of them: read_loop_gbps, pct_read_loop, peak_kind, peak_gflops, pct_peak; 0 for the
+// limits and shares with --no-limits).
 struct field {
   std::string name;
   std::string value;
@@ -238,6 +268,7 @@ std::vector<field> fields_of(const result& r, const options& o) {
   static const std::string cpu = cpu_info();
   const model_info& m = *r.model;
   auto u = [](std::size_t v) { return std::to_string(v); };
+  const figures g = figures_of(r);
   return {
       {"build_commit", "npullm", true},
       {"cpu_info", cpu, true},
@@ -262,6 +293,17 @@ std::vector<field> fields_of(const result& r, const options& o) {
       {"packed_bytes", u(r.packed_bytes), false},
       {"kv_bytes", u(r.kv_bytes), false},
       {"npullm_isa", std::string(npullm::isa_name()), true},
+      {"bytes_per_token", number(g.bytes), false},
+      {"weight_bytes_per_token", number(r.work.weight_bytes), false},
+      {"kv_read_bytes_per_token", number(r.work.kv_bytes), false},
+      {"gbps", number(g.gbps), false},
+      {"read_loop_gbps", number(g.read_gbps), false},
+      {"pct_read_loop", number(g.pct_read), false},
+      {"flops_per_token", number(r.work.flops), false},
+      {"gflops", number(g.gflops), false},
+      {"peak_kind", g.peak_kind, true},
+      {"peak_gflops", number(g.peak_gflops), false},
+      {"pct_peak", number(g.pct_peak), false},
   };
 }
 
@@ -271,12 +313,19 @@ class printer {
 
   void header() {
     if (o_.output == "md") {
-      std::printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size",
-                  "params", "backend", "threads", "test", "t/s");
-      std::printf("| %s | %s: | %s: | %s | %s: | %s: | %s: |\n", std::string(30, '-').c_str(),
-                  std::string(9, '-').c_str(), std::string(9, '-').c_str(),
-                  std::string(10, '-').c_str(), std::string(6, '-').c_str(),
-                  std::string(14, '-').c_str(), std::string(19, '-').c_str());
+      // llama-bench's columns, then the figures against the machine (figures_of): MB a token
+      // reads, GB/s, % of the read loop, GFLOP/s, % of the peak of the weights' kind.
+      std::printf(
+          "| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s | %8s | %7s | %6s | %8s | "
+          "%6s |\n",
+          "model", "size", "params", "backend", "threads", "test", "t/s", "MB/tok", "GB/s",
+          "% read", "GFLOP/s", "% peak");
+      auto rule = [](std::size_t n) { return std::string(n - 1, '-') + ":"; };
+      std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                  std::string(30, '-').c_str(), rule(10).c_str(), rule(10).c_str(),
+                  std::string(10, '-').c_str(), rule(7).c_str(), rule(15).c_str(), rule(20).c_str(),
+                  rule(8).c_str(), rule(7).c_str(), rule(6).c_str(), rule(8).c_str(),
+                  rule(6).c_str());
     } else if (o_.output == "json") {
       std::printf("[\n");
     } else if (o_.output == "csv") {
@@ -308,8 +357,18 @@ class printer {
       }
       // "±" is two bytes of UTF-8: one more byte of width keeps the column aligned.
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", mean(r.ts), stddev(r.ts));
-      std::printf("| %-30s | %10s | %10s | %-10s | %7zu | %15s | %21s |\n", m.type.c_str(), size,
-                  params, "CPU", r.threads, r.test().c_str(), ts);
+      const figures g = figures_of(r);
+      char pct_read[16] = "-", pct_peak[16] = "-";
+      if (r.limits != nullptr) {
+        std::snprintf(pct_read, sizeof pct_read, "%.0f", g.pct_read);
+        std::snprintf(pct_peak, sizeof pct_peak, "%.0f", g.pct_peak);
+        limits_[r.threads] = r.limits;
+      }
+      std::printf(
+          "| %-30s | %10s | %10s | %-10s | %7zu | %15s | %21s | %8.1f | %7.1f | %6s | "
+          "%8.1f | %6s |\n",
+          m.type.c_str(), size, params, "CPU", r.threads, r.test().c_str(), ts, g.bytes / 1e6,
+          g.gbps, pct_read, g.gflops, pct_peak);
     } else if (o_.output == "csv") {
       std::printf(
           "%s,%s,%s\n",
@@ -340,6 +399,8 @@ class printer {
   void footer() {
     if (o_.output == "md") {
       std::printf("\nbuild: npullm (kernels: %s)\n", std::string(npullm::isa_name()).c_str());
+      for (const auto& [threads, l] : limits_)
+        std::printf("limits, %s\n", describe_limits(*l).c_str());
     } else if (o_.output == "json") {
       std::printf("\n]\n");
     }
@@ -349,5 +410,6 @@ class printer {
  private:
   const options& o_;
   std::size_t rows_ = 0;
+  std::map<std::size_t, const machine_limits*> limits_;  // md's footer: those the rows used
 };
 }  // namespace npullm_bench

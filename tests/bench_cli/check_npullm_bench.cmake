@@ -1,8 +1,10 @@
 # npullm_bench end to end (cmake -P): its json parses and has llama-bench's fields with the values
 # the command line asked for, its markdown table has the columns side-by-side.sh reads, the KV
 # cache it runs is of the -ctk / -ctv types (kv_bytes, the bytes the pipeline allocated for it,
-# are those of the model's K and V in those formats, from MODEL_DIR's config.json), and a bad
-# command line gives the usage and a nonzero exit status, numbers naming their flag and value.
+# are those of the model's K and V in those formats, from MODEL_DIR's config.json), each test's
+# figures against the machine are numbers (the limits measured in one process only: every other
+# run is --no-limits, to keep this test fast), and a bad command line gives the usage and a
+# nonzero exit status, numbers naming their flag and value.
 #   -DBENCH=<npullm_bench> -DGGUF=<a small GGUF model> -DMODEL_DIR=<a small HF model directory>
 cmake_minimum_required(VERSION 3.21)
 
@@ -35,7 +37,7 @@ function(kv_bytes var capacity k v)
   set(${var} ${n} PARENT_SCOPE)
 endfunction()
 
-# ---- json: a prefill of 8 and a decode of 4, one run each ------------------------------------
+# ---- json: a prefill of 8 and a decode of 4, one run each, with the limits --------------------
 execute_process(COMMAND ${BENCH} -m ${GGUF} -p 8 -n 4 -r 1 -t 1 -o json
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -51,7 +53,8 @@ endif()
 foreach(i 0 1)
   foreach(key model_filename model_type model_size model_n_params backends n_threads type_k type_v
               n_prompt n_gen avg_ns stddev_ns avg_ts stddev_ts median_ts samples_ns samples_ts
-              kv_bytes)
+              kv_bytes bytes_per_token weight_bytes_per_token kv_read_bytes_per_token gbps
+              read_loop_gbps pct_read_loop flops_per_token gflops peak_kind peak_gflops pct_peak)
     string(JSON v ERROR_VARIABLE e GET "${out}" ${i} ${key})
     if(e)
       fail("test ${i} has no '${key}':\n${out}")
@@ -77,6 +80,30 @@ foreach(i 0 1)
   if(i EQUAL 1 AND NOT (n_prompt EQUAL 0 AND n_gen EQUAL 4))
     fail("test 1 is n_prompt ${n_prompt}, n_gen ${n_gen}; expected tg4 (0, 4)")
   endif()
+  # The figures against the machine: positive numbers (the limits measured: no --no-limits); the
+  # bytes a token reads are the weights' and the KV's; K and V read per token: pp8 reads its 8
+  # positions once (1 a token), tg4 at contexts 1..4 (2.5 a token), f16 K + V 4 bytes an element.
+  foreach(key bytes_per_token weight_bytes_per_token kv_read_bytes_per_token gbps read_loop_gbps
+              pct_read_loop flops_per_token gflops peak_gflops pct_peak)
+    if(NOT "${${key}}" MATCHES "^[0-9]+(\\.[0-9]+)?$" OR NOT ${key} GREATER 0)
+      fail("test ${i}: ${key} is '${${key}}', expected a number > 0:\n${out}")
+    endif()
+  endforeach()
+  if(NOT peak_kind MATCHES "^(int8|bf16|f32)$")
+    fail("test ${i}: peak_kind '${peak_kind}', expected int8, bf16 or f32")
+  endif()
+  math(EXPR kv_pair "${layers} * ${kv_heads} * ${head_dim} * 4")
+  if(i EQUAL 0)
+    set(kv_want ${kv_pair})
+  else()
+    math(EXPR kv_want "${kv_pair} * 5 / 2")
+  endif()
+  if(NOT kv_read_bytes_per_token EQUAL kv_want OR NOT bytes_per_token GREATER
+                                                     weight_bytes_per_token)
+    fail("test ${i}: kv_read_bytes_per_token ${kv_read_bytes_per_token}, bytes_per_token "
+         "${bytes_per_token}; expected ${kv_want}, and more than the weights' "
+         "${weight_bytes_per_token}")
+  endif()
   string(JSON runs LENGTH "${out}" ${i} samples_ts)
   string(JSON ts0 GET "${out}" ${i} samples_ts 0)
   if(NOT runs EQUAL 1 OR NOT avg_ts GREATER 0 OR NOT median_ts EQUAL ts0)
@@ -87,7 +114,7 @@ endforeach()
 
 # ---- md on a model directory, two thread counts, two runs -----------------------------------
 execute_process(COMMAND ${BENCH} -m ${MODEL_DIR} -p 4 -n 2 -r 2 -t 1,2 --kv bf16 --packing off
-                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+                        --no-limits OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   fail("-o md exited with ${rc}: ${err}")
 endif()
@@ -97,22 +124,24 @@ if(NOT n EQUAL 6)  # header, rule, pp4 and tg2 at 1 and 2 threads
   fail("-t 1,2 -p 4 -n 2 gave ${n} table lines, expected 6:\n${out}")
 endif()
 list(GET rows 0 header)
-foreach(column model size params backend threads test t/s)
+foreach(column model size params backend threads test t/s MB/tok GB/s "% read" GFLOP/s "% peak")
   if(NOT header MATCHES "\\| ${column} +\\||\\| +${column} \\|")
     fail("the table has no '${column}' column:\n${out}")
   endif()
 endforeach()
-foreach(want "CPU +\\| +1 \\| +pp4 \\|" "\\| +2 \\| +tg2 \\| +[0-9.]+ ± [0-9.]+ \\|")
+# After t/s: MB/tok, GB/s, % read, GFLOP/s, % peak (no limits measured: "-").
+foreach(want "CPU +\\| +1 \\| +pp4 \\|"
+        "\\| +2 \\| +tg2 \\| +[0-9.]+ ± [0-9.]+ \\| +[0-9.]+ \\| +[0-9.]+ \\| +- \\| +[0-9.]+ \\| +- \\|")
   if(NOT out MATCHES "${want}")
     fail("no row matches '${want}':\n${out}")
   endif()
 endforeach()
 
 # ---- a quantized KV cache at a depth ---------------------------------------------------------
-# Runs npullm_bench with `flags` (a list) and -o json; the one test's fields must hold the
-# values given as key:value pairs after it.
+# Runs npullm_bench with `flags` (a list), -o json and --no-limits; the one test's fields must
+# hold the values given as key:value pairs after it (a whole number: that number).
 function(expect_json_test flags)
-  execute_process(COMMAND ${BENCH} -m ${GGUF} ${flags} -o json
+  execute_process(COMMAND ${BENCH} -m ${GGUF} ${flags} -o json --no-limits
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     fail("'${flags}' exited with ${rc}: ${err}")
@@ -126,7 +155,7 @@ function(expect_json_test flags)
     list(GET pair 0 key)
     list(GET pair 1 want)
     string(JSON v GET "${out}" 0 ${key})
-    if(NOT v STREQUAL want)
+    if(NOT v STREQUAL want AND NOT (want MATCHES "^[0-9]+$" AND v EQUAL want))  # 0 == 0.0
       fail("'${flags}': ${key} is '${v}', expected '${want}':\n${out}")
     endif()
   endforeach()
@@ -140,14 +169,15 @@ if(q8_0 EQUAL f16)
 endif()
 expect_json_test("-p;0;-n;2;-d;6;-r;1;-t;1;-ctk;q8_0;-ctv;q8_0" type_k:q8_0 type_v:q8_0 n_depth:6
                  n_gen:2 n_prompt:0 kv_bytes:${q8_0})
-expect_json_test("-p;0;-n;2;-d;6;-r;1;-t;1" type_k:f16 type_v:f16 kv_bytes:${f16})
+expect_json_test("-p;0;-n;2;-d;6;-r;1;-t;1" type_k:f16 type_v:f16 kv_bytes:${f16}
+                 read_loop_gbps:0 pct_read_loop:0 peak_gflops:0 pct_peak:0)  # --no-limits
 # K at 8 bits, V at 4 (kv::mixed<q8_0, q4_0>): each reported as given, the cache of both.
 kv_bytes(mixed 5 q8_0 q4_0)
 expect_json_test("-p;0;-n;2;-d;3;-r;1;-t;1;-ctk;q8_0;-ctv;q4_0" type_k:q8_0 type_v:q4_0 n_depth:3
                  kv_bytes:${mixed})
 kv_bytes(q4_0 5 q4_0 q4_0)
 expect_json_test("-p;0;-n;2;-d;3;-r;1;-t;1;--kv;q4_0" type_k:q4_0 type_v:q4_0 kv_bytes:${q4_0})
-execute_process(COMMAND ${BENCH} -m ${GGUF} -p 2 -n 2 -d 0,3 -r 1 -t 1 --kv q4_0
+execute_process(COMMAND ${BENCH} -m ${GGUF} -p 2 -n 2 -d 0,3 -r 1 -t 1 --kv q4_0 --no-limits
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   fail("--kv q4_0 -d 0,3 exited with ${rc}: ${err}")
