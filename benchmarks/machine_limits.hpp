@@ -225,8 +225,9 @@ inline double bf16_dot_loop(std::size_t iterations, float* sink) {
 }
 
 // int8 dot products with the quantized kernels' instructions; returns ops done (2 per
-// multiply-add).
-inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
+// multiply-add). The int32 lanes wrap (2M iterations overflow them), so they are summed into the
+// sink as unsigned: a signed overflow in C++ is undefined (UBSan stops on it).
+inline double int8_dot_loop(std::size_t iterations, std::uint32_t* sink) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   __m512i acc[12];
   for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_epi32(k + 1);
@@ -236,7 +237,7 @@ inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
   }
   __m512i total = acc[0];
   for (int k = 1; k < 12; ++k) total = _mm512_add_epi32(total, acc[k]);
-  *sink += lane_sum<std::int32_t>(total);
+  *sink += lane_sum<std::uint32_t>(total);
   return 2.0 * 64 * 12 * static_cast<double>(iterations);
 #elif defined(__AVX2__) && \
     (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
@@ -254,7 +255,7 @@ inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
   }
   __m256i total = acc[0];
   for (int k = 1; k < 12; ++k) total = _mm256_add_epi32(total, acc[k]);
-  alignas(32) std::int32_t lanes[8];
+  alignas(32) std::uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
   for (auto v : lanes) *sink += v;
   return 2.0 * 32 * 12 * static_cast<double>(iterations);
@@ -281,7 +282,7 @@ inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
   }
   __m256i total = acc[0];
   for (int k = 1; k < chains; ++k) total = _mm256_add_epi32(total, acc[k]);
-  alignas(32) std::int32_t lanes[8];
+  alignas(32) std::uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
   for (auto v : lanes) *sink += v;
   return 2.0 * 32 * chains * static_cast<double>(iterations);
@@ -297,7 +298,7 @@ inline double int8_dot_loop(std::size_t iterations, std::int32_t* sink) {
 // The int8 dot-product peak alone at a thread count (best of `repetitions`).
 inline double measure_int8_peak(std::size_t threads, int repetitions = 5) {
   thread_pool pool(threads);
-  std::vector<std::int32_t> sink(threads, 0);
+  std::vector<std::uint32_t> sink(threads, 0);
   double best = 0;
   for (int r = 0; r < repetitions; ++r) {
     std::vector<double> ops(threads);
@@ -305,7 +306,7 @@ inline double measure_int8_peak(std::size_t threads, int repetitions = 5) {
         pool, threads, [&](std::size_t t) { ops[t] = detail::int8_dot_loop(2'000'000, &sink[t]); });
     best = std::max(best, ops[0] * static_cast<double>(threads) / s / 1e9);
   }
-  volatile std::int32_t keep = 0;
+  volatile std::uint32_t keep = 0;
   for (auto v : sink) keep = keep + v;
   return best;
 }
