@@ -657,6 +657,17 @@ TEST(json_schema, unsupported_keywords_are_refused_by_name) {
     EXPECT_EQ(e.code(), npullm::error_code::invalid_argument);
     EXPECT_NE(std::string(e.message()).find("#/properties/a"), std::string::npos) << e.message();
   }
+  // A keyword of the wrong type met while merging (fuzz_json_schema: "$ref": [...] in an allOf
+  // part reached through a $ref escaped as nlohmann's type_error): invalid_argument too.
+  try {
+    (void)json_schema_grammar(
+        R"({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}, {"type": "object"}]}, "b": {"allOf": [{"$ref": ["x"]}]}}, "$ref": "#/$defs/a"})");
+    ADD_FAILURE();
+  } catch (const npullm::error& e) {
+    EXPECT_EQ(e.code(), npullm::error_code::invalid_argument);
+    EXPECT_NE(std::string(e.message()).find("'$ref' must be a string"), std::string::npos)
+        << e.message();
+  }
   EXPECT_THROW((void)json_schema_grammar("{"), npullm::error);
   // A schema no value satisfies is refused rather than compiled to an empty grammar.
   EXPECT_THROW((void)json_schema_grammar(R"({"type": "integer", "minimum": 3, "maximum": 2})"),

@@ -530,7 +530,13 @@ class schema_compiler : public schema_structures {
 inline grammar json_schema_grammar(const nlohmann::ordered_json& schema,
                                    json_schema_options opt = {}) {
   detail::check_json_depth(schema, opt.limits.max_depth);
-  return detail::schema_compiler(schema, opt).compile();
+  try {
+    return detail::schema_compiler(schema, opt).compile();
+  } catch (const nlohmann::ordered_json::exception& e) {
+    // A keyword of a type no check above expected (fuzz_json_schema found "$ref": [...] in
+    // an allOf part): the schema is malformed, said as npullm::error like every other case.
+    raise(error_code::invalid_argument, "JSON Schema is malformed: ", e.what());
+  }
 }
 inline grammar json_schema_grammar(std::string_view schema_text, json_schema_options opt = {}) {
   nlohmann::ordered_json schema;

@@ -138,6 +138,7 @@ class schema_merger {
     if (depth > 32) refuse(path, "$ref", "a chain of more than 32 references to merge");
     charge(1, path);
     if (!s.is_object() || !s.contains("$ref")) return s;
+    if (!s["$ref"].is_string()) invalid(path, "'$ref' must be a string");
     json rest = s;
     const std::string ref = rest["$ref"].get<std::string>();
     rest.erase("$ref");
