@@ -2,13 +2,19 @@
 // loops written here, not npullm's ops) on generated tiny models, and its modes against each
 // other: decode after prefill == recomputing; chunked == static == dynamic prefill; block KV ==
 // contiguous KV; pyramid == full static; the 1 + L + 1 pattern with two body compilations;
-// output-row selection; errors that leave the pipeline usable.
+// output-row selection; errors that leave the pipeline usable; dense weights copied into huge
+// pages at load (load_options::dense_huge_pages) or read from the mapping, the same logits.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -441,6 +447,81 @@ TEST(CausalLm, ErrorsLeaveThePipelineUsable) {
   } catch (const error& e) {
     EXPECT_EQ(e.code(), error_code::unsupported);
     EXPECT_NE(std::string(e.what()).find("configured for bf16 weights"), std::string::npos);
+  }
+}
+
+// load_options::dense_huge_pages on tiny bf16 models, tied (tiny) and untied (tiny-llama): the
+// matrices copied into huge-page memory at load give the logits of the mapping's bit for bit
+// (prefill, then decode steps); automatic, the default, copies what decode reads in place (the
+// LM head, and the projections where the pipeline does not pack them: bf16 with AVX-512 BF16);
+// a kernel that refuses the huge-page advice (madvise is advisory) leaves the copy in 4 KiB
+// pages, the same logits.
+int refused_advice = 0;
+int refuse_huge_pages(void*, std::size_t) noexcept {
+  ++refused_advice;
+  errno = EINVAL;  // what a kernel without transparent huge pages answers
+  return -1;
+}
+
+TEST(CausalLm, DenseWeightsInHugePagesGiveTheSameLogits) {
+  using bf16_weights = pipeline_config<contiguous_kv<float>, dynamic_attention<>, bfloat16>;
+  EXPECT_EQ(load_options{}.dense_huge_pages, huge_page_copy::automatic);
+  for (const std::string name : {"tiny", "tiny-llama"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = npullm::testing::scratch_root() / ("lm_huge_" + name);
+    write_model(dir, preset(name, npullm::dtype::bf16, 5));
+    using weights_ptr = std::shared_ptr<const model_weights<bfloat16>>;
+    const auto load = [&](huge_page_copy mode) {
+      return model_weights<bfloat16>::load(dir, {.dense_huge_pages = mode});
+    };
+    const weights_ptr off = load(huge_page_copy::off), on = load(huge_page_copy::on);
+    const weights_ptr automatic = model_weights<bfloat16>::load(dir);
+    npullm::detail::advise_huge_pages = refuse_huge_pages;
+    refused_advice = 0;
+    const weights_ptr refused = load(huge_page_copy::on);
+    npullm::detail::advise_huge_pages = npullm::detail::advise_huge_pages_system;
+    EXPECT_GT(refused_advice, 0);
+
+    const bool tied = off->lm_head.identity() == off->embed.identity();
+    EXPECT_EQ(tied, name == "tiny");
+    const auto bytes = [](const projection<bfloat16>& p) {
+      return (p.w.size() * sizeof(bfloat16) + 63) / 64 * 64;
+    };
+    std::size_t layers = 0;
+    for (const auto& l : off->layers)
+      for_each_projection(l, [&](const projection<bfloat16>& p) { layers += bytes(p); });
+    const std::size_t head = bytes(off->lm_head), embed = tied ? 0 : bytes(off->embed);
+    EXPECT_EQ(off->huge_page_copy_bytes(), 0u);
+    EXPECT_EQ(on->huge_page_copy_bytes(), head + embed + layers);
+    EXPECT_EQ(refused->huge_page_copy_bytes(), on->huge_page_copy_bytes());
+    EXPECT_EQ(automatic->huge_page_copy_bytes(),
+              head + (ops::packing_pays<bfloat16>() ? 0 : layers));
+    // Copies, not views of the mapping; a tied head stays its embedding.
+    EXPECT_NE(on->layers[1].down.w.data_handle(), off->layers[1].down.w.data_handle());
+    EXPECT_NE(on->lm_head.identity(), off->lm_head.identity());
+    EXPECT_EQ(on->lm_head.identity() == on->embed.identity(), tied);
+    EXPECT_EQ(0, std::memcmp(on->layers[1].down.w.data_handle(),
+                             off->layers[1].down.w.data_handle(), bytes(off->layers[1].down)));
+
+    const auto run = [&](const weights_ptr& w) {
+      causal_lm<bf16_weights> lm(w, {.max_sequence = 64});
+      std::vector<float> out;
+      const auto keep = [&](std::span<const float> l) {
+        out.insert(out.end(), l.begin(), l.end());
+      };
+      keep(lm.prefill(prompt(21)).logits_of(20));
+      for (std::int32_t next : {7, 300}) {
+        const std::array<std::int32_t, 1> one{next};
+        keep(lm.decode(one).logits_of(0));
+      }
+      return out;
+    };
+    const std::vector<float> want = run(off);
+    for (const weights_ptr& w : {on, automatic, refused}) {
+      const std::vector<float> got = run(w);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+    }
   }
 }
 

@@ -338,10 +338,16 @@ TEST(gguf_archs, llama_and_qwen2_written_here_give_the_safetensors_logits) {
       EXPECT_LE(max_abs_diff(logits(g, ids), logits(st, ids)), 2e-5) << preset;
       continue;
     }
-    const auto g =
-        model_weights<float>::load_gguf(write_gguf(dir, scratch(std::string(preset) + ".gguf")));
+    const fs::path path = write_gguf(dir, scratch(std::string(preset) + ".gguf"));
+    const auto g = model_weights<float>::load_gguf(path);
     const auto ids = prompt(40);
     EXPECT_EQ(logits(g, ids), logits(st, ids)) << preset;
+    // Every dense matrix copied into huge pages at load (Llama's Q / K, permuted at load into
+    // a copy of their own: that copy freed): the same logits.
+    const auto copied =
+        model_weights<float>::load_gguf(path, {.dense_huge_pages = huge_page_copy::on});
+    EXPECT_GT(copied->huge_page_copy_bytes(), 0u);
+    EXPECT_EQ(logits(copied, ids), logits(g, ids)) << preset;
   }
 }
 

@@ -46,14 +46,27 @@ inline std::size_t huge_page_alignment(std::size_t bytes) noexcept {
   return bytes >= huge_page_bytes ? huge_page_bytes : std::size_t{64};
 }
 
+// madvise(p, bytes, MADV_HUGEPAGE): 0, or -1 where the kernel refuses (built without
+// transparent huge pages: EINVAL).
+inline int advise_huge_pages_system(void* p, std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  return ::madvise(p, bytes, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+  return -1;
+#endif
+}
+// The advice allocate_huge gives. A test replaces it (before any allocation it checks, from
+// one thread) to play a kernel that refuses, and puts it back.
+inline int (*advise_huge_pages)(void*, std::size_t) noexcept = advise_huge_pages_system;
+
 // `bytes` aligned to the huge page where it holds one (advised), else to 64 bytes.
 inline void* allocate_huge(std::size_t bytes) {
   void* p = ::operator new (bytes, std::align_val_t{huge_page_alignment(bytes)});
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (bytes >= huge_page_bytes) {
-    (void)::madvise(p, bytes / huge_page_bytes * huge_page_bytes, MADV_HUGEPAGE);
+    (void)advise_huge_pages(p, bytes / huge_page_bytes * huge_page_bytes);  // a hint: see above
   }
-#endif
   return p;
 }
 

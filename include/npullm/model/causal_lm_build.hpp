@@ -158,9 +158,9 @@ struct causal_lm_build {
       return p.is_quantized() && ops::has_repacked_layout(p.quantized->format) &&
              p.quantized->cols % 32 == 0;
     };
-    // The tiles of all matrices in one arena: the small ones (attention, experts) share huge
-    // pages too.
-    const auto arena = tiles ? std::make_shared<huge_page_arena>() : nullptr;
+    // The tiles and dense panels of all matrices in one arena: the small ones (attention,
+    // experts) share huge pages too.
+    const auto arena = tiles || dense ? std::make_shared<huge_page_arena>() : nullptr;
     if (tiles) {  // reserved: the projections point into it
       std::size_t n = tiled(lm.lm_head_) ? 1 : 0;
       for (const layer_weights<W>& l : lm.layers_)
@@ -178,7 +178,8 @@ struct causal_lm_build {
     lm.packed_.reserve(matrices + 1);  // + the LM head (batch_invariant); pointers stay valid
     lm.packed_quantized_.reserve(matrices);
     if (dense && lm.options_.batch_invariant && !lm.lm_head_.is_quantized())
-      lm.lm_head_.packed = &lm.packed_.emplace_back(lm.lm_head_.w, pool_policy{lm.options_.pool});
+      lm.lm_head_.packed =
+          &lm.packed_.emplace_back(lm.lm_head_.w, pool_policy{lm.options_.pool}, arena);
     for (layer_weights<W>& l : lm.layers_) {
       for_each_projection(l, [&](projection<W>& p) {
         if (p.is_quantized()) {
@@ -190,7 +191,7 @@ struct causal_lm_build {
                 ops::repack(*p.quantized, pool_policy{lm.options_.pool}, arena));
           }
         } else if (dense) {
-          p.packed = &lm.packed_.emplace_back(p.w, pool_policy{lm.options_.pool});
+          p.packed = &lm.packed_.emplace_back(p.w, pool_policy{lm.options_.pool}, arena);
         }
       });
     }

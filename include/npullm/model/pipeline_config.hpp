@@ -110,7 +110,8 @@ struct prefill_mode {
 // batches, a speculative verify pass, short prefill chunks) stream each weight once. automatic:
 // where it pays, i.e. on a host backend unless the bf16 dot-product path (AVX-512 BF16, which
 // reads W in place) serves these weights. Costs a second copy of the layer weights in memory
-// (the file's mapping stays, its pages reclaimable); the LM head and embeddings are not packed.
+// (in the pipeline's huge-page arena, with the tiles; the file's mapping stays, its pages
+// reclaimable); the LM head and embeddings are not packed.
 // Quantized projections and a quantized LM head: automatic repacks those of a format with a
 // tiled layout (ops::repack: q4_0, q8_0, q4_k, q6_k; the file's bytes, q4_k + 2.8%) into tiles
 // that every step reads (decode at the memory's pace; logits equal the stored blocks' within f32

@@ -6,9 +6,10 @@
 //
 // Sharing is by std::shared_ptr<const model_weights>: the weights are immutable once loaded,
 // and the last pipeline (or draft) holding them unmaps the files. Matrices are zero-copy views
-// of the mapped safetensors; q/k/v biases are converted to f32 once. A backend whose device
-// reads only its own memory (device_memory) gets a copy through copied_into(backend), owned
-// by the copy.
+// of the mapped safetensors, but for those load_options::dense_huge_pages copies into huge
+// pages (by default the ones decode reads in place); q/k/v biases are converted to f32 once. A
+// backend whose device reads only its own memory (device_memory) gets a copy through
+// copied_into(backend), owned by the copy.
 //
 // Every matrix is checked against config.json's shapes at load. One element type W for all
 // matrices today; a per-tensor type (quantized weights) changes layer_weights and load() only.
@@ -51,6 +52,11 @@
 
 namespace npullm::model {
 
+namespace detail {
+template <storage_type W>
+struct dense_huge_pages;  // dense_huge_pages.hpp: options.dense_huge_pages carried out
+}  // namespace detail
+
 template <storage_type W>
 class model_weights {
  public:
@@ -78,6 +84,7 @@ class model_weights {
         [&](const std::string& name, std::size_t rows, std::size_t cols) {
           return w->floats(w->template mapped<2>(name, {rows, cols}));
         });
+    detail::dense_huge_pages<W>::copy(*w, options.dense_huge_pages);
     return w;
   }
 
@@ -131,6 +138,7 @@ class model_weights {
               " model reads (a tensor nobody reads might be part of the math)");
       }
     }
+    detail::dense_huge_pages<W>::copy(*w, options.dense_huge_pages);
     return w;
   }
 
@@ -211,12 +219,17 @@ class model_weights {
     return n;
   }
 
+  // Bytes of the dense matrices copied into huge-page memory at load (options.dense_huge_pages,
+  // load_options.hpp); 0: every dense matrix is read in place from the file mapping.
+  [[nodiscard]] std::size_t huge_page_copy_bytes() const noexcept { return huge_page_copy_bytes_; }
+
   projection<W> embed, lm_head;       // (vocab, hidden); lm_head may be embed (tied)
   dense_view<const W, 1> final_norm;  // (hidden)
   std::vector<layer_weights<W>> layers;
 
  private:
   enum class matrix_role { projection, embedding };
+  friend struct detail::dense_huge_pages<W>;
 
   explicit model_weights(model_config config) : config_(std::move(config)) {}
 
@@ -425,6 +438,7 @@ class model_weights {
       for (std::size_t r = 0; r < rows; ++r)
         std::copy_n(&p.w(gguf_row(hf_name, r), 0), cols, owned->data() + r * cols);
       p.w = dense_view<const W, 2>(owned->data(), rows, cols);
+      owned_matrices_.emplace(owned->data(), owned_.size());
       owned_.push_back(std::move(owned));
     }
     return p;
@@ -537,6 +551,8 @@ class model_weights {
   std::map<std::string, std::shared_ptr<const io::mapped_file>> maps_;  // quantized safetensors
   // Biases; matrices quantized or permuted at load; converted norms; device copies' buffers.
   std::vector<std::shared_ptr<const void>> owned_;
+  std::map<const void*, std::size_t> owned_matrices_;  // a dense matrix owned: its owned_ slot
+  std::size_t huge_page_copy_bytes_ = 0;
 };
 
 // Loads the weights in the type the files store and calls fn(std::shared_ptr<const
@@ -568,3 +584,5 @@ decltype(auto) with_stored_weights(const std::filesystem::path& path, Fn&& fn) {
 }
 
 }  // namespace npullm::model
+
+#include "npullm/model/dense_huge_pages.hpp"  // after model_weights, whose friend it is

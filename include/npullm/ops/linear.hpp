@@ -22,10 +22,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "npullm/core/dtype.hpp"
 #include "npullm/core/error.hpp"
+#include "npullm/core/huge_page_allocator.hpp"
 #include "npullm/core/parallel.hpp"
 #include "npullm/core/simd.hpp"
 #include "npullm/core/tensor.hpp"
@@ -327,6 +329,9 @@ inline constexpr std::size_t packed_small_m = 16;
 // never repacks per call, and small M (decode batches, a speculative verify pass, short
 // prefill chunks) reads W exactly once, front to back. Same size as W, up to the padding.
 // The layout belongs to the ISA the translation unit is compiled for (see core/isa.hpp).
+// The panels live in huge pages (core/huge_page_allocator.hpp: a decode step streams them
+// without a page-table walk per 4 KiB): in `arena` when given (a pipeline's matrices share its
+// 2 MiB pages), else in a block of their own (advised from 2 MiB).
 template <storage_type W>
 class packed_weights {
  public:
@@ -343,8 +348,11 @@ class packed_weights {
   packed_weights() = default;
   // Packs w (N, K), row-major dense.
   template <threading_policy Policy = serial>
-  explicit packed_weights(dense_view<const W, 2> w, const Policy& policy = {})
-      : n_(w.extent(0)), k_(w.extent(1)), data_(panels() * k_ * panel_columns) {
+  explicit packed_weights(dense_view<const W, 2> w, const Policy& policy = {},
+                          std::shared_ptr<huge_page_arena> arena = nullptr)
+      : n_(w.extent(0)),
+        k_(w.extent(1)),
+        data_({panels() * k_ * panel_columns}, huge_page_allocator<value_type>(std::move(arena))) {
     const W* src = w.data_handle();
     value_type* dst = data_.data();
     const std::size_t k_len = k_;
@@ -379,7 +387,7 @@ class packed_weights {
 
  private:
   std::size_t n_ = 0, k_ = 0;
-  tensor<value_type, 1> data_{std::size_t{0}};
+  tensor<value_type, 1, huge_page_allocator<value_type>> data_{std::size_t{0}};
 };
 
 namespace detail {
