@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "npullm/core/dtype.hpp"
@@ -76,9 +77,16 @@ struct dense_huge_pages {
     }
     if (total == 0) return;
     // One chunk of its own (2 MiB-aligned and advised from 2 MiB; a smaller total shares a
-    // 2 MiB chunk's first bytes), freed with the weights.
-    const auto arena = std::make_shared<huge_page_arena>(total);
-    auto* base = static_cast<std::byte*>(arena->allocate(total));
+    // 2 MiB chunk's first bytes), freed with the weights. The copy only speeds decode: where
+    // the memory cannot be had, the matrices stay views of the mapping, as with `off`.
+    std::shared_ptr<huge_page_arena> arena;
+    std::byte* base = nullptr;
+    try {
+      arena = std::make_shared<huge_page_arena>(total);
+      base = static_cast<std::byte*>(arena->allocate(total));
+    } catch (const std::bad_alloc&) {
+      return;
+    }
     std::vector<std::size_t> released;  // owned_ slots of sources the loader owned
     for (std::size_t i = 0; i < chosen.size(); ++i) {
       projection<W>& p = *chosen[i];

@@ -39,7 +39,8 @@ struct quantization {
 // cache, reclaimable): the resident set is the same, but it can no longer be reclaimed by
 // dropping clean file pages under memory pressure (only swapped), and the load takes longer
 // (about 1 s a GB). The advice is a hint: where the kernel gives no huge pages (`never`, no
-// THP) the copy stays in 4 KiB pages, the logits the same bits (set `off` there).
+// THP) the copy stays in 4 KiB pages, the logits the same bits (set `off` there); where the
+// copy's memory cannot be allocated the matrices stay mapped, as with `off`.
 //   automatic: the matrices a pipeline with weight_packing::automatic reads in place every
 //              decode step: the LM head (the embedding when tied), and the layer projections
 //              where that pipeline does not pack them (ops::packing_pays<W>() false: bf16 with
