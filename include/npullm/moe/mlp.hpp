@@ -17,9 +17,10 @@
 //    as one job: two forks per layer, each product's tiles read as one contiguous stream per
 //    part, and each output that of linear over the tiles (so bit for bit the same for any
 //    thread count, and as the per-expert ways below give);
-//  - a step whose S x k rows fit the buffers, not tiled: the chosen experts as one parallel job,
-//    each expert's products on one thread;
-//  - a larger step: the experts in turn, each product parallel over the policy's threads.
+//  - otherwise, on several threads: the chosen experts side by side, each expert's products on
+//    one thread, in groups of consecutive experts whose rows fit the buffers (one group when
+//    the step's S x k rows do), one parallel job a group;
+//  - on one thread: the experts in turn.
 // Either way the sum over experts is in index order, then the shared expert's term.
 #pragma once
 
@@ -55,6 +56,7 @@ struct moe_scratch {
   bool record = false;
   std::vector<moe::routing> records;
   std::vector<std::size_t> active;  // the experts with rows this step
+  std::vector<std::size_t> order;   // a group of them, larger first (moe_mlp)
   // The tiled way's: x (S, hidden) and its rows gathered by expert (S x k, hidden) quantized,
   // gate / up (S x k rows of the experts, then S of the shared expert), their activation
   // products quantized, the down outputs (S x k, then S, hidden) and the product list.
@@ -226,8 +228,10 @@ void moe_mlp(const moe_weights<W>& m, const model::model_config& c, dense_view<c
   s.active.clear();
   for (std::size_t e = 0; e < n; ++e)
     if (s.groups.count(e) != 0) s.active.push_back(e);
-  auto run_expert = [&](std::size_t e, bool gathered_rows) {
-    const std::size_t ne = s.groups.count(e), at = gathered_rows ? s.groups.offsets[e] : 0;
+  // Expert e's MLP over its rows, gathered at row `at` of the buffers (x itself when every
+  // row of the step chose e).
+  auto run_expert = [&](std::size_t e, std::size_t at) {
+    const std::size_t ne = s.groups.count(e);
     const std::int32_t* rows_e = s.groups.rows.data() + s.groups.offsets[e];
     const std::size_t ff = m.gate[e].rows();
     dense_view<const float, 2> in = x;  // every row of the step, in order: x itself
@@ -244,15 +248,35 @@ void moe_mlp(const moe_weights<W>& m, const model::model_config& c, dense_view<c
   };
   std::fill_n(y.data_handle(), S * H, 0.0f);
   if (moe_tiled(m, s.active, S)) return moe_tiled_step(m, c, x, y, s, policy);
-  if (policy.concurrency() > 1 && s.active.size() > 1 && S * k <= b.rows) {
-    // A decode-sized step: the chosen experts side by side, one per thread at a time (their
-    // products run serially inside the job: a pool's nested parallel_for does), so a layer
-    // forks once for all of them instead of three times per expert; each writes its own rows.
-    policy.parallel_for(s.active.size(), [&](std::size_t i) { run_expert(s.active[i], true); });
-    for (const std::size_t e : s.active) accumulate(e, s.groups.offsets[e]);
+  if (policy.concurrency() > 1 && s.active.size() > 1) {
+    // The chosen experts side by side, one per thread at a time (their products run serially
+    // inside the job: a pool's nested parallel_for does), in groups of consecutive experts
+    // whose rows fit the buffers (all of them at once for a decode-sized step: S x k rows):
+    // a layer forks once per group instead of three times per expert, and each product keeps
+    // its thread busy (a prefill of 512 rows over 32 experts: ~64 rows an expert, too few to
+    // split one product over threads). Larger experts start first (each writes its own rows;
+    // the order changes no result). Expert e's rows sit at offsets[e] - the group's first.
+    for (std::size_t i = 0; i < s.active.size();) {
+      const std::size_t base = s.groups.offsets[s.active[i]];
+      std::size_t j = i;  // an expert's rows (<= S) always fit: every group has one
+      while (j < s.active.size() &&
+             s.groups.offsets[s.active[j]] + s.groups.count(s.active[j]) - base <= b.rows)
+        ++j;
+      s.order.assign(s.active.begin() + static_cast<std::ptrdiff_t>(i),
+                     s.active.begin() + static_cast<std::ptrdiff_t>(j));
+      std::stable_sort(s.order.begin(), s.order.end(), [&](std::size_t a, std::size_t e) {
+        return s.groups.count(a) > s.groups.count(e);
+      });
+      policy.parallel_for(s.order.size(), [&](std::size_t t) {
+        run_expert(s.order[t], s.groups.offsets[s.order[t]] - base);
+      });
+      for (std::size_t t = i; t < j; ++t)  // in index order, as below
+        accumulate(s.active[t], s.groups.offsets[s.active[t]] - base);
+      i = j;
+    }
   } else {
-    for (const std::size_t e : s.active) {  // in index order, as above
-      run_expert(e, false);
+    for (const std::size_t e : s.active) {  // in index order
+      run_expert(e, 0);
       accumulate(e, 0);
     }
   }
