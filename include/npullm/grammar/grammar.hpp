@@ -181,35 +181,19 @@ class grammar_builder {
     return {element::ref, r};
   }
 
-  // The key of a repeated element in optionals_ / stars_.
-  static std::uint64_t element_key(element one) {
-    return (static_cast<std::uint64_t>(one.kind) << 32) | one.value;
-  }
-
-  // O ::= x | (empty), for the element x: made once for each element.
-  std::uint32_t optional_rule(element one, std::uint32_t owner) {
-    const auto [it, inserted] = optionals_.emplace(element_key(one), 0);
+  // x? and x*, for the element x, each made once per element (key: kind, value, star):
+  // O ::= x | (empty), and R ::= x R | (empty), right recursive so the matcher's stack stays
+  // flat.
+  std::uint32_t repeat_rule(element one, std::uint32_t owner, bool star) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(one.kind) << 33) |
+                              (static_cast<std::uint64_t>(star) << 32) | one.value;
+    const auto [it, inserted] = repeat_rules_.emplace(key, 0);
     if (!inserted) return it->second;
     const std::uint32_t r = fresh(g_.rule_names[owner]);
-    reserve(0, 3, 2);
+    reserve(0, star ? 4 : 3, 2);
     g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
     g_.elements.push_back(one);
-    g_.elements.push_back({element::end, 0});
-    g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-    g_.elements.push_back({element::end, 0});
-    defined_[r] = true;
-    it->second = r;
-    return r;
-  }
-  // R ::= x R | (empty): right recursive, so the matcher's stack stays flat; one per element.
-  std::uint32_t star_rule(element one, std::uint32_t owner) {
-    const auto [it, inserted] = stars_.emplace(element_key(one), 0);
-    if (!inserted) return it->second;
-    const std::uint32_t r = fresh(g_.rule_names[owner]);
-    reserve(0, 4, 2);
-    g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
-    g_.elements.push_back(one);
-    g_.elements.push_back({element::ref, r});
+    if (star) g_.elements.push_back({element::ref, r});
     g_.elements.push_back({element::end, 0});
     g_.rule_alts[r].push_back(static_cast<std::uint32_t>(g_.elements.size()));
     g_.elements.push_back({element::end, 0});
@@ -237,9 +221,9 @@ class grammar_builder {
           // x, x?, x*, x+: the rules every grammar is made of, as they were.
           if (e.min == 1) out.push_back(one);
           if (e.max == expr::unbounded) {
-            out.push_back({element::ref, star_rule(one, owner)});
+            out.push_back({element::ref, repeat_rule(one, owner, true)});
           } else if (e.max > e.min) {
-            out.push_back({element::ref, optional_rule(one, owner)});
+            out.push_back({element::ref, repeat_rule(one, owner, false)});
           }
           return;
         }
@@ -446,8 +430,7 @@ class grammar_builder {
   std::size_t bytes_ = 0;  // what the grammar holds so far, about (reserve())
   std::unordered_map<std::string, std::uint32_t> ids_;
   std::unordered_map<std::string, std::uint32_t> class_ids_;
-  std::unordered_map<std::uint64_t, std::uint32_t> optionals_;  // optional_rule()
-  std::unordered_map<std::uint64_t, std::uint32_t> stars_;      // star_rule()
+  std::unordered_map<std::uint64_t, std::uint32_t> repeat_rules_;  // repeat_rule()
   std::vector<bool> defined_;
   std::uint32_t counter_ = 0;
 };
