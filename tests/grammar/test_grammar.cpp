@@ -371,6 +371,17 @@ TEST(json_schema, each_keyword_accepts_and_rejects) {
        {R"("xxfooyy")", R"("barz")"},
        {R"("xbar")", R"("fo")"}},
       {R"({"type": "string", "pattern": "^(a|bc)*\"?$"})", {R"("abcbc")", R"("a\"")"}, {R"("b")"}},
+      // A pattern that is one group as a whole: its alternatives' anchors stand at the edges
+      // (a search for "(A|B)" is a search for "A|B"), nested and non-capturing groups too.
+      {R"j({"type": "string", "pattern": "(^[a-z0-9_.()-]+$)"})j",
+       {R"j("a.b(c)")j", R"("x")"},
+       {R"("a b")", R"("")", R"("A")"}},
+      {R"j({"type": "string", "pattern": "([0-9x]+\\.[0-9x]+$|%VERSION%)"})j",
+       {R"("1.2")", R"("v1.x")", R"("a%VERSION%b")"},
+       {R"("1.2 ")", R"("%VERSION")"}},
+      {R"j({"type": "string", "pattern": "(?:(^(?:\\S+\\s+){0,2}\\S+$))"})j",
+       {R"("one two three")", R"("x")"},
+       {R"("a b c d")", R"(" a")", R"("")"}},
       {R"({"type": "string", "format": "date"})",
        {R"("2024-02-29")", R"("1999-12-31")"},
        {R"("2023-02-29")", R"("1999-13-01")", R"("1999-04-31")"}},
@@ -629,6 +640,9 @@ TEST(json_schema, unsupported_keywords_are_refused_by_name) {
       {R"({"type": "integer", "multipleOf": 0.5})", "'multipleOf'"},
       {R"({"type": "integer", "multipleOf": 3, "maximum": 1e9})", "'multipleOf'"},
       {R"({"type": "string", "pattern": "(?=a)b"})", "'pattern'"},
+      // An anchor inside a group that is not the whole pattern, or followed by a count.
+      {R"j({"type": "string", "pattern": "(^a)b"})j", "'pattern'"},
+      {R"j({"type": "string", "pattern": "(^a$)+"})j", "'pattern'"},
       {R"({"type": "string", "format": "hostname"})", "'format'"},
       {R"({"type": "string", "pattern": "\\bword"})", "'pattern'"},
       {R"({"type": "string", "pattern": "[\u00e0-\u00ff]", "maxLength": 3})", "'pattern'"},

@@ -227,12 +227,12 @@ TEST(grammar_vocab, maskbench_sample_has_no_invalidation_errors) {
   std::printf("maskbench sample: %.1f s\n", seconds);
   EXPECT_GE(n, 200u);
   EXPECT_EQ(invalidation, 0u);
-  // What this compiler reaches today (it refuses 'not', patternProperties, some oneOf...),
-  // measured at this commit: 240 files, 209 passing, 29 compile errors, 2 validation errors.
-  // A regression past these bounds fails; so does passing more easily by compiling less
-  // (compile errors) or by refusing valid texts (validation errors).
-  EXPECT_GE(passing * 100, n * 86) << passing << " of " << n;
-  EXPECT_LE(n - compiled, 32u) << "compile errors";
+  // What this compiler reaches today (it refuses 'not', overlapping object oneOf, ...),
+  // measured at ec28728: 240 files, 218 passing, 19 compile errors, 3 validation errors (at
+  // 5fa487d: 209 / 29 / 2). A regression past these bounds fails; so does passing more easily by
+  // compiling less (compile errors) or by refusing valid texts (validation errors).
+  EXPECT_GE(passing * 100, n * 90) << passing << " of " << n;
+  EXPECT_LE(n - compiled, 20u) << "compile errors";
   EXPECT_LE(validation, 4u) << "validation errors";
   // The time budget of the sample, release and ASan alike.
   EXPECT_LT(seconds, 60.0);

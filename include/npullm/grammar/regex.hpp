@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -276,48 +277,113 @@ struct regex_parser {
   }
 };
 
-// The string body (between the quotes) that pattern matches somewhere (re.search).
-inline expr pattern_body(const std::string& p, const std::string& path, const expr& any_char,
-                         std::uint32_t max_depth) {
-  // Top-level alternatives, each with its own anchors.
+// The inside of t when t is one group as a whole ("(...)", "(?:...)", "(?P<name>...)" with no
+// quantifier after it), else nothing: a search for "(A|B)" is a search for "A|B", so the
+// anchors of A and B stand at the pattern's edges.
+inline std::optional<std::string> whole_group(const std::string& t) {
+  if (t.size() < 2 || t[0] != '(' || t.back() != ')') return std::nullopt;
+  std::size_t open = 1;
+  if (t[1] == '?') {
+    if (t.compare(1, 2, "?:") == 0) {
+      open = 3;
+    } else if (t.compare(1, 3, "?P<") == 0 ||
+               (t.compare(1, 2, "?<") == 0 && t.compare(1, 3, "?<=") != 0 &&
+                t.compare(1, 3, "?<!") != 0)) {
+      const std::size_t close = t.find('>');
+      if (close == std::string::npos) return std::nullopt;
+      open = close + 1;
+    } else {
+      return std::nullopt;  // look-around or flags: the parser refuses them by name
+    }
+  }
+  // The group opened at 0 must close at the last character.
+  int depth = 0;
+  bool in_class = false;
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    const char ch = t[k];
+    if (ch == '\\') {
+      ++k;
+    } else if (in_class) {
+      if (ch == ']') in_class = false;
+    } else if (ch == '[') {
+      in_class = true;
+      if (k + 1 < t.size() && t[k + 1] == '^') ++k;
+      if (k + 1 < t.size() && t[k + 1] == ']') ++k;  // a ']' first in a class is literal
+    } else if (ch == '(') {
+      ++depth;
+    } else if (ch == ')' && --depth == 0) {
+      if (k + 1 != t.size()) return std::nullopt;
+    }
+  }
+  if (depth != 0 || in_class) return std::nullopt;
+  return t.substr(open, t.size() - 1 - open);
+}
+
+// p split at its top-level '|' (outside groups and classes).
+inline std::vector<std::string> top_alternatives(const std::string& p) {
   std::vector<std::string> tops;
-  {
-    int depth = 0;
-    bool in_class = false;
-    std::string cur;
-    for (std::size_t k = 0; k < p.size(); ++k) {
-      const char ch = p[k];
-      if (ch == '\\' && k + 1 < p.size()) {
+  int depth = 0;
+  bool in_class = false;
+  std::string cur;
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    const char ch = p[k];
+    if (ch == '\\' && k + 1 < p.size()) {
+      cur += ch;
+      cur += p[++k];
+      continue;
+    }
+    if (in_class) {
+      if (ch == ']') in_class = false;
+    } else if (ch == '[') {
+      in_class = true;
+      if (k + 1 < p.size() && p[k + 1] == ']') {
         cur += ch;
         cur += p[++k];
         continue;
       }
-      if (in_class) {
-        if (ch == ']') in_class = false;
-      } else if (ch == '[') {
-        in_class = true;
-        if (k + 1 < p.size() && p[k + 1] == ']') {
-          cur += ch;
-          cur += p[++k];
-          continue;
-        }
-        if (k + 2 < p.size() && p[k + 1] == '^' && p[k + 2] == ']') {
-          cur += "[^]";
-          k += 2;
-          continue;
-        }
-      } else if (ch == '(') {
-        ++depth;
-      } else if (ch == ')') {
-        --depth;
-      } else if (ch == '|' && depth == 0) {
-        tops.push_back(cur);
-        cur.clear();
+      if (k + 2 < p.size() && p[k + 1] == '^' && p[k + 2] == ']') {
+        cur += "[^]";
+        k += 2;
         continue;
       }
-      cur += ch;
+    } else if (ch == '(') {
+      ++depth;
+    } else if (ch == ')') {
+      --depth;
+    } else if (ch == '|' && depth == 0) {
+      tops.push_back(cur);
+      cur.clear();
+      continue;
     }
-    tops.push_back(cur);
+    cur += ch;
+  }
+  tops.push_back(cur);
+  return tops;
+}
+
+// The string body (between the quotes) that pattern matches somewhere (re.search).
+inline expr pattern_body(const std::string& p, const std::string& path, const expr& any_char,
+                         std::uint32_t max_depth) {
+  // Top-level alternatives, each with its own anchors; an alternative that is one group as a
+  // whole, "(^...$)", stands for its own alternatives (at most 64 groups opened so: the
+  // parser's own bound on nesting, and each opening costs a scan of the text).
+  std::vector<std::string> tops;
+  {
+    std::vector<std::string> todo = top_alternatives(p);
+    std::reverse(todo.begin(), todo.end());
+    int opened = 0;
+    while (!todo.empty()) {
+      std::string t = std::move(todo.back());
+      todo.pop_back();
+      std::optional<std::string> inner;
+      if (opened < 64 && (inner = whole_group(t))) {
+        ++opened;
+        std::vector<std::string> parts = top_alternatives(*inner);
+        todo.insert(todo.end(), parts.rbegin(), parts.rend());
+      } else {
+        tops.push_back(std::move(t));
+      }
+    }
   }
   std::vector<expr> alts;
   for (std::string t : tops) {
