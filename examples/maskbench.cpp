@@ -5,7 +5,8 @@
 //   --vocab FILE   the tokenizer (MaskBench: ../shared/vocab/ggml-vocab-llama-bpe.gguf)
 //   --every K      only every K-th file of the sorted list (a deterministic sample)
 //   --limit N      at most N files
-//   --verbose      one line per file that does not pass (compile error, or which tests fail)
+//   --verbose      one line per file that does not pass (compile error, or which tests fail);
+//                  then the slowest masks, the slowest compiles and the compile errors by reason
 // Prints one table per split, then the total in MaskBench's form: one row per metric, the
 // metric's name first, npullm's value last. TBM: one mask (compute + commit) in microseconds;
 // TTFM: the schema's compile time in microseconds. A schema over 10 s counts as a timeout.
@@ -139,6 +140,8 @@ int main(int argc, char** argv) {
     std::map<std::string, std::size_t> reasons;
     std::vector<std::pair<double, std::string>> slowest;         // per file: its slowest mask
     std::vector<std::pair<std::size_t, std::string>> most_slow;  // per file: masks over 500 us
+    std::vector<std::pair<double, std::string>>
+        slowest_compile;  // per file: TTFM (compiled or not)
     for (const auto& f : chosen) {
       npullm_tools::maskbench::file_result r;
       try {
@@ -154,6 +157,7 @@ int main(int argc, char** argv) {
       most_slow.emplace_back(
           std::count_if(r.tbm_us.begin(), r.tbm_us.end(), [](double t) { return t > 500; }),
           r.name);
+      slowest_compile.emplace_back(r.ttfm_us, r.name);
       add(splits[r.split], r);
       add(all, r);
       if (!r.compiled) {
@@ -177,6 +181,10 @@ int main(int argc, char** argv) {
       std::printf("\nslowest masks (us, file):\n");
       for (std::size_t k = 0; k < slowest.size() && k < 15; ++k)
         std::printf("%10.1f  %s\n", slowest[k].first, slowest[k].second.c_str());
+      std::sort(slowest_compile.rbegin(), slowest_compile.rend());
+      std::printf("\nslowest compiles (TTFM us, file):\n");
+      for (std::size_t k = 0; k < slowest_compile.size() && k < 15; ++k)
+        std::printf("%10.1f  %s\n", slowest_compile[k].first, slowest_compile[k].second.c_str());
       std::sort(most_slow.rbegin(), most_slow.rend());
       std::printf("\nmost masks over 500 us (count, file):\n");
       for (std::size_t k = 0; k < most_slow.size() && k < 30 && most_slow[k].first > 0; ++k)
