@@ -113,40 +113,6 @@ class schema_compiler : public schema_structures {
   }
 
  private:
-  // Whether every keyword of `part` is one the target has with the same value, among the
-  // keywords whose meaning is theirs alone (not additionalProperties, which reads its schema's
-  // properties; not items, ...), annotations aside: then allOf of the target and `part` is
-  // the target, and a $ref with such siblings stays one shared rule where a merge would
-  // compile a copy of the target (JsonSchemaStore's renovate schema: 101 {"$ref": "#", "type":
-  // "object", ...} each compiled the whole root again, 1.5 s).
-  static bool implied_by(const json& part, const json& target) {
-    static constexpr std::string_view alone[] = {"type",
-                                                 "enum",
-                                                 "const",
-                                                 "required",
-                                                 "minimum",
-                                                 "maximum",
-                                                 "exclusiveMinimum",
-                                                 "exclusiveMaximum",
-                                                 "multipleOf",
-                                                 "minLength",
-                                                 "maxLength",
-                                                 "pattern",
-                                                 "format",
-                                                 "minItems",
-                                                 "maxItems",
-                                                 "uniqueItems",
-                                                 "minProperties",
-                                                 "maxProperties"};
-    if (!target.is_object()) return false;
-    for (const auto& [k, v] : part.items()) {
-      if (annotation(k)) continue;
-      if (std::find(std::begin(alone), std::end(alone), k) == std::end(alone)) return false;
-      const auto it = target.find(k);
-      if (it == target.end() || *it != v) return false;
-    }
-    return true;
-  }
   expr ref_rule(const std::string& ref, const std::string& path) {
     const auto it = refs_.find(ref);
     if (it != refs_.end()) return expr::call(it->second);
@@ -199,7 +165,7 @@ class schema_compiler : public schema_structures {
       for (const char* k : {"$schema", "$id", "id", "definitions", "$defs", "title", "description",
                             "$comment", "default", "examples"})
         rest.erase(k);
-      if (rest.empty() || implied_by(rest, resolve(ref, path))) return ref_rule(ref, path);
+      if (rest.empty()) return ref_rule(ref, path);
       json merged = json::object();
       merged["allOf"] = json::array({json{{"$ref", ref}}, rest});
       return value(merged, path);
