@@ -234,6 +234,37 @@ TEST(automaton, utf8_bytes_one_at_a_time) {
   EXPECT_FALSE(any.can_end(any.next(any.start(), "\xe2\x82")));  // half a character
 }
 
+// fill_ascii (all 128 ASCII transitions of a state at once, grouped by the classes its stacks
+// wait on) agrees with one byte at a time: an automaton whose byte budget leaves no room for
+// transition rows computes every transition alone. Stacks on several overlapping classes at
+// several counts, every text up to 6 bytes over an alphabet that each class takes or not.
+TEST(automaton, all_ascii_transitions_at_once_agree_with_one_at_a_time) {
+  const char* gbnf =
+      R"(root ::= ( ("a"{2,4}){0,3} "@" | [a-c]+ "x" | [^@x]{1,3} "." | "b"{2} [abz] )+)";
+  byte_automaton rows(parse_gbnf(gbnf));
+  byte_automaton alone(parse_gbnf(gbnf), std::size_t{60} << 10);  // under one 64 KiB row page
+  const std::string alphabet = "ab@xcz.";
+  std::size_t accepted = 0, texts = 0;
+  std::string t;
+  const auto visit = [&](auto&& self, std::size_t len) -> void {
+    const bool m = rows.matches(t);
+    ASSERT_EQ(m, alone.matches(t)) << t;
+    accepted += m;
+    ++texts;
+    if (len == 6) return;
+    for (const char c : alphabet) {
+      t.push_back(c);
+      self(self, len + 1);
+      t.pop_back();
+    }
+  };
+  visit(visit, 0);
+  EXPECT_GT(accepted, 1000u);
+  EXPECT_LT(accepted, texts / 2);
+  EXPECT_TRUE(rows.matches("aaaa@bbzcx"));
+  EXPECT_FALSE(rows.matches("a@"));
+}
+
 // A made-up vocabulary: id 0 EOS, 1 a control token, the rest byte strings.
 struct toy_vocab {
   std::vector<std::optional<std::string>> bytes = {

@@ -217,11 +217,12 @@ class byte_automaton {
     return it->second;
   }
   // The class the stack of frame f waits on (its top is a class or a repetition of one).
-  const char_class& class_of(std::uint32_t f) const {
+  std::uint32_t class_index(std::uint32_t f) const {
     element el = g_.elements[frames_[f].pos];
     if (el.kind == element::rep) el = g_.reps[el.value].item;
-    return g_.classes[el.value];
+    return el.value;
   }
+  const char_class& class_of(std::uint32_t f) const { return g_.classes[class_index(f)]; }
   // The count after one more repetition of rp from c (x{m,}: it stops at m).
   static std::uint32_t counted(const repetition& rp, std::uint32_t c) noexcept {
     return rp.max == repetition::unbounded && c >= rp.min ? rp.min : c + 1;
@@ -364,19 +365,26 @@ class byte_automaton {
 
   // All 128 ASCII transitions of s at once: bytes that the same stacks take lead to the same
   // state, so one advance per distinct set of taking stacks (inside a string: a handful for
-  // the 128 bytes) instead of one per byte.
+  // the 128 bytes) instead of one per byte. Stacks waiting on one class take the same bytes,
+  // so the sets are found over the state's distinct classes (a handful), not over its stacks
+  // (up to 200,000 in an ambiguous grammar: 128 class tests each made every new state cost
+  // seconds).
   void fill_ascii(state_id s) {
     const state_info st = info(s);
     const std::vector<std::uint32_t> cur(state_frames_.begin() + st.begin,
                                          state_frames_.begin() + st.begin + st.count);
-    const std::size_t words = (cur.size() + 63) / 64;
+    std::vector<std::uint32_t> classes(cur.size());
+    for (std::size_t k = 0; k < cur.size(); ++k) classes[k] = class_index(cur[k]);
+    std::sort(classes.begin(), classes.end());
+    classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+    const std::size_t words = (classes.size() + 63) / 64;
     std::map<std::vector<std::uint64_t>, state_id> by_takers;
     std::vector<std::uint64_t> takers(words);
     for (unsigned b = 0; b < 128; ++b) {
       std::fill(takers.begin(), takers.end(), 0);
       bool any = false;
-      for (std::size_t k = 0; k < cur.size(); ++k) {
-        if (class_of(cur[k]).contains(b)) {
+      for (std::size_t k = 0; k < classes.size(); ++k) {
+        if (g_.classes[classes[k]].contains(b)) {
           takers[k >> 6] |= std::uint64_t{1} << (k & 63);
           any = true;
         }
