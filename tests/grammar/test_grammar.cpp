@@ -559,6 +559,17 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
       {R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3})",
        {R"("ab")", R"("abc")"},
        {R"("a")", R"("abcd")", R"("aB")", R"("")"}},
+      // A loop state (the .* of ^/.*, the [a-z]* after one letter) ends the count's chain: one
+      // counted repetition of its characters, escapes and non-ASCII included, to the bounds.
+      {R"({"type": "string", "pattern": "^/.*", "maxLength": 5})",
+       {R"("/")", R"("/abcd")", R"("/\t\u0001\/x")", "\"/\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\""},
+       {R"("/abcde")", R"("/\t\u0001\/xy")", R"("a")", R"("")", "\"/\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\""}},
+      {R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 3})",
+       {R"("abc")", R"("abcdefghijklmnopqrstuvwxyz")"},
+       {R"("ab")", R"("abC")", R"("")"}},
+      {R"({"type": "string", "pattern": "^a[b-d]*$", "minLength": 2, "maxLength": 4})",
+       {R"("ab")", R"("abcd")"},
+       {R"("a")", R"("abcdb")", R"("ba")"}},
       {R"({"type": "string", "pattern": "x", "maxLength": 3})",
        {R"("x")", R"("axb")", R"("\nx")", "\"\xc3\xa9x\""},
        {R"("abcx")", R"("ab")", R"("xxxx")"}},
@@ -1137,6 +1148,53 @@ TEST(hostile, json_schema_shapes) {
                  schema_job(R"({"type": "string", "pattern": "^((a{0,9999}){0,9999})$"})",
                             {{R"("aaa")", true}, {R"("ab")", false}}),
                  "ok", "rules", 1);
+}
+
+// A pattern whose language ends in a loop, with a large maxLength (JsonSchemaStore's
+// vercel.json: "^/.*" up to 512 characters, plain strings up to 4,096): a handful of rules,
+// not a rule per count, and exact at the bound.
+TEST(json_schema, pattern_with_a_large_max_length_is_one_repetition) {
+  byte_automaton a(
+      json_schema_grammar(R"({"type": "string", "pattern": "^/.*", "maxLength": 1000})"));
+  EXPECT_LT(a.rules().rule_names.size(), 20u);
+  EXPECT_TRUE(a.matches("\"/" + std::string(999, 'x') + "\""));
+  EXPECT_FALSE(a.matches("\"/" + std::string(1000, 'x') + "\""));
+  EXPECT_FALSE(a.matches("\"x" + std::string(10, 'x') + "\""));
+}
+
+// A pattern with length bounds is exactly the pattern's strings of those lengths: every string
+// up to 5 characters over an alphabet (non-ASCII and an escape included), against the
+// pattern alone and a count. Search patterns (whose automata keep states apart that the
+// minimization joins), anchored ones, loops after a prefix, a loop between two parts.
+TEST(json_schema, pattern_with_length_bounds_is_the_pattern_counted) {
+  const std::vector<std::string> alphabet = {"a", "b", "/", "\xc3\xa9", "\\n"};
+  for (const char* p : {"^/.*", "a", "^a[ab]*$", "b.*a", "^(ab)+$", "^[^a]*a?$", "[^/]$"}) {
+    const std::string pj = nlohmann::json(p).dump();
+    byte_automaton alone(json_schema_grammar(R"({"type": "string", "pattern": )" + pj + "}"));
+    for (const auto& [lo, hi] : {std::pair<int, int>{0, 3}, {2, 4}, {1, -1}, {4, -1}, {0, 0}}) {
+      std::string schema = R"({"type": "string", "pattern": )" + pj +
+                           R"(, "minLength": )" + std::to_string(lo);
+      if (hi >= 0) schema += R"(, "maxLength": )" + std::to_string(hi);
+      std::optional<byte_automaton> counted;
+      try {
+        counted.emplace(json_schema_grammar(schema + "}"));
+      } catch (const npullm::error& e) {  // "accepts no value": then no text may match
+        EXPECT_NE(std::string(e.what()).find("accepts no value"), std::string::npos) << schema;
+      }
+      std::vector<std::string> texts = {""};
+      for (int len = 0; len <= 5; ++len) {
+        std::vector<std::string> longer;
+        for (const auto& t : texts) {
+          const std::string q = "\"" + t + "\"";
+          const bool want = alone.matches(q) && len >= lo && (hi < 0 || len <= hi);
+          ASSERT_EQ(counted && counted->matches(q), want) << schema << " on " << q;
+          if (len < 5)
+            for (const auto& c : alphabet) longer.push_back(t + c);
+        }
+        texts = std::move(longer);
+      }
+    }
+  }
 }
 
 // The heap-use-after-free of schema_compiler::merge (two `type`s with no common type inserted

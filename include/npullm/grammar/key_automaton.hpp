@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -209,19 +210,28 @@ inline std::vector<std::pair<std::uint32_t, expr>> key_signatures(
 }
 
 // The strings of a string language (a byte automaton over "...", such as a pattern's or a
-// format's) that hold min_len to max_len characters (max_len unbounded: expr::unbounded):
-// the product of the automaton and a count of characters, walked over the characters a JSON
-// string may hold (plain ASCII, the short escapes, \u00XX for control characters, every
-// non-ASCII code point as one symbol: the automaton must treat those alike). Counts past
-// min_len are capped when there is no maximum. nullopt when no string fits; refused past
-// max_states product states.
+// format's) that hold min_len to max_len characters (max_len unbounded: expr::unbounded).
+// The language is first walked alone over the characters a JSON string may hold (plain ASCII,
+// the short escapes, \u00XX for control characters, every non-ASCII code point as one symbol:
+// the automaton must treat those alike) and minimized (states with the same future are one:
+// the automaton of a search pattern keeps apart states that differ only in which of its
+// stacks are still alive); then its product with a count of characters (counts past min_len
+// capped when there is no maximum) is made into rules. A state whose every character leads
+// back to itself (the .* of ^/.*, the [a-z]* of ^[a-z]+$ after one letter) ends its chain of
+// counts: what follows it is one counted repetition of its characters, not a rule per count
+// (a maxLength of 4,096 made 8,000 rules). nullopt when no string fits; refused past
+// max_states states of the language or of the product.
 inline std::optional<expr> string_with_length(byte_automaton& lang, std::uint32_t min_len,
                                               std::uint32_t max_len, grammar_builder& b,
                                               const std::string& path, std::string_view keyword,
                                               std::size_t max_states = 20000) {
   const bool bounded = max_len != expr::unbounded;
   const std::uint32_t cap = bounded ? max_len : min_len;
-  // Symbols: the text of one character as JSON writes it.
+  const auto too_many = [&] {
+    refuse(path, keyword,
+           "with minLength / maxLength, more than " + std::to_string(max_states) + " states");
+  };
+  // Symbols: the text of one character as JSON writes it; the last, every non-ASCII one.
   std::vector<std::string> symbols;
   for (int c = 0x20; c < 0x80; ++c)
     if (c != '"' && c != '\\') symbols.emplace_back(1, static_cast<char>(c));
@@ -230,57 +240,138 @@ inline std::optional<expr> string_with_length(byte_automaton& lang, std::uint32_
   static constexpr char hexd[] = "0123456789abcdefABCDEF";
   for (int hi = 0; hi < 2; ++hi)
     for (int lo = 0; lo < 22; ++lo) symbols.push_back(std::string("\\u00") + hexd[hi] + hexd[lo]);
-  const std::string non_ascii = "\xC2\x80";
-  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> ids;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> states;
-  struct edge {
-    std::size_t symbol;  // symbols.size(): every non-ASCII code point
-    std::uint32_t to;
-  };
-  std::vector<std::vector<edge>> edges;
-  std::vector<char> ends;
-  const auto intern = [&](std::uint32_t s, std::uint32_t c) {
-    const auto key = std::make_pair(s, c);
-    const auto it = ids.find(key);
-    if (it != ids.end()) return it->second;
-    if (states.size() >= max_states)
-      refuse(path, keyword,
-             "with minLength / maxLength, more than " + std::to_string(max_states) + " states");
-    const auto id = static_cast<std::uint32_t>(states.size());
-    ids.emplace(key, id);
-    states.push_back(key);
-    edges.emplace_back();
-    ends.push_back(0);
-    return id;
-  };
+  symbols.emplace_back("\xC2\x80");
+  const std::size_t n_sym = symbols.size();
+  const std::size_t non_ascii = n_sym - 1;
+
+  // The language's states reachable inside a string: next[state * n_sym + symbol] (-1: dead).
   const auto s0 = lang.next(lang.start(), '"');
   if (s0 == byte_automaton::dead) return std::nullopt;
-  intern(s0, 0);
+  std::map<byte_automaton::state_id, std::uint32_t> ids{{s0, 0}};
+  std::vector<byte_automaton::state_id> order{s0};
+  std::vector<std::int32_t> next;
+  std::vector<char> ends;
+  for (std::uint32_t at = 0; at < order.size(); ++at) {
+    const auto s = order[at];
+    ends.push_back(lang.can_end(lang.next(s, '"')));
+    for (std::size_t k = 0; k < n_sym; ++k) {
+      const auto t = lang.next(s, symbols[k]);
+      if (t == byte_automaton::dead) {
+        next.push_back(-1);
+        continue;
+      }
+      if (k == non_ascii && !lang.uniform_non_ascii(s))
+        refuse(path, keyword, "with minLength / maxLength, a class that tells non-ASCII apart");
+      const auto [it, fresh] = ids.emplace(t, static_cast<std::uint32_t>(order.size()));
+      if (fresh) {
+        if (order.size() >= max_states) too_many();
+        order.push_back(t);
+      }
+      next.push_back(static_cast<std::int32_t>(it->second));
+    }
+  }
+  // Minimized by refinement (Moore): states apart while their ends or their successors'
+  // blocks differ.
+  const std::size_t n = order.size();
+  std::vector<std::uint32_t> block(n);
+  for (std::size_t a = 0; a < n; ++a) block[a] = ends[a];
+  for (std::size_t blocks = 0;;) {
+    std::map<std::vector<std::int32_t>, std::uint32_t> by_signature;
+    std::vector<std::uint32_t> refined(n);
+    std::vector<std::int32_t> sig(n_sym + 1);
+    for (std::size_t a = 0; a < n; ++a) {
+      sig[0] = static_cast<std::int32_t>(block[a]);
+      for (std::size_t k = 0; k < n_sym; ++k) {
+        const std::int32_t t = next[a * n_sym + k];
+        sig[k + 1] = t < 0 ? -1 : static_cast<std::int32_t>(block[static_cast<std::size_t>(t)]);
+      }
+      refined[a] =
+          by_signature.emplace(sig, static_cast<std::uint32_t>(by_signature.size())).first->second;
+    }
+    block = std::move(refined);
+    if (by_signature.size() == blocks) break;
+    blocks = by_signature.size();
+  }
+  // Per block: its characters grouped by the block they lead to, each group's expression
+  // made once (the plain ones one class, the escapes a choice); a block whose one group
+  // leads back to itself is a loop.
+  std::uint32_t n_blocks = 0;
+  for (const std::uint32_t q : block) n_blocks = std::max(n_blocks, q + 1);
+  std::vector<std::uint32_t> rep_of(n_blocks);
+  std::vector<char> block_ends(n_blocks);
+  for (std::size_t a = n; a-- > 0;) rep_of[block[a]] = static_cast<std::uint32_t>(a);
+  for (std::uint32_t q = 0; q < n_blocks; ++q) block_ends[q] = ends[rep_of[q]];
+  struct group {
+    std::uint32_t to;  // a block
+    expr characters;
+  };
+  std::vector<std::vector<group>> groups(n_blocks);
+  std::vector<char> loop(n_blocks, 0);
+  for (std::uint32_t q = 0; q < n_blocks; ++q) {
+    std::map<std::uint32_t, std::vector<std::size_t>> by_dest;
+    for (std::size_t k = 0; k < n_sym; ++k)
+      if (const std::int32_t t = next[rep_of[q] * n_sym + k]; t >= 0)
+        by_dest[block[static_cast<std::size_t>(t)]].push_back(k);
+    for (const auto& [to, ks] : by_dest) {
+      std::vector<expr> alts;
+      std::vector<std::pair<char32_t, char32_t>> ranges;
+      for (const std::size_t k : ks) {
+        if (k == non_ascii) {
+          ranges.emplace_back(0x80, max_code_point);
+        } else if (symbols[k].size() == 1) {
+          const auto ch = static_cast<char32_t>(symbols[k][0]);
+          ranges.emplace_back(ch, ch);
+        } else {
+          alts.push_back(lit(symbols[k]));
+        }
+      }
+      if (!ranges.empty()) alts.insert(alts.begin(), chars(std::move(ranges)));
+      groups[q].push_back({to, alts.size() == 1 ? alts[0] : expr::choice(std::move(alts))});
+    }
+    loop[q] = groups[q].size() == 1 && groups[q][0].to == q;
+  }
+
+  // The product with the count: (block, count) states, an edge per group; a loop block's
+  // state is a tail (no edges: its rest is one repetition).
+  std::unordered_map<std::uint64_t, std::uint32_t> pids;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> states;
+  std::vector<std::vector<std::uint32_t>> edges;  // per state: per group of its block, the state
+  std::vector<char> pends, tail;
+  const auto intern = [&](std::uint32_t q, std::uint32_t c) {
+    const auto [it, fresh] =
+        pids.emplace((std::uint64_t{q} << 32) | c, static_cast<std::uint32_t>(states.size()));
+    if (fresh) {
+      if (states.size() >= max_states) too_many();
+      states.emplace_back(q, c);
+      edges.emplace_back();
+      pends.push_back(0);
+      tail.push_back(0);
+    }
+    return it->second;
+  };
+  intern(block[0], 0);
   for (std::uint32_t at = 0; at < states.size(); ++at) {
-    const auto [s, c] = states[at];
-    ends[at] = c >= min_len && lang.can_end(lang.next(s, '"'));
+    const auto [q, c] = states[at];
+    if ((!bounded || c < max_len) && loop[q]) {
+      tail[at] = 1;
+      pends[at] = block_ends[q];  // after the repetition's min_len - c characters
+      continue;
+    }
+    pends[at] = c >= min_len && block_ends[q];
     if (bounded && c >= max_len) continue;
     const std::uint32_t nc = bounded ? c + 1 : std::min(c + 1, cap);
-    std::vector<edge> out;
-    for (std::size_t k = 0; k < symbols.size(); ++k) {
-      const auto t = lang.next(s, symbols[k]);
-      if (t != byte_automaton::dead) out.push_back({k, intern(t, nc)});
-    }
-    const auto t = lang.next(s, non_ascii);
-    if (t != byte_automaton::dead) {
-      if (!lang.uniform_non_ascii(s))
-        refuse(path, keyword, "with minLength / maxLength, a class that tells non-ASCII apart");
-      out.push_back({symbols.size(), intern(t, nc)});
-    }
+    std::vector<std::uint32_t> out;
+    out.reserve(groups[q].size());
+    for (const group& g : groups[q]) out.push_back(intern(g.to, nc));
     edges[at] = std::move(out);
   }
   std::vector<std::vector<std::uint32_t>> back(states.size());
   for (std::uint32_t a = 0; a < states.size(); ++a)
-    for (const auto& e : edges[a]) back[e.to].push_back(a);
+    for (const std::uint32_t to : edges[a]) back[to].push_back(a);
   std::vector<char> live(states.size(), 0);
   std::vector<std::uint32_t> todo;
   for (std::uint32_t a = 0; a < states.size(); ++a)
-    if (ends[a]) live[a] = 1, todo.push_back(a);
+    if (pends[a]) live[a] = 1, todo.push_back(a);
   while (!todo.empty()) {
     const std::uint32_t a = todo.back();
     todo.pop_back();
@@ -288,27 +379,32 @@ inline std::optional<expr> string_with_length(byte_automaton& lang, std::uint32_
       if (!live[p]) live[p] = 1, todo.push_back(p);
   }
   if (!live[0]) return std::nullopt;
+
+  // Rules: a state's alternatives are its block's groups, each to the state it leads to.
+  std::map<std::uint32_t, std::uint32_t> loop_chars;  // loop block -> its characters' rule
   std::vector<std::uint32_t> rule(states.size(), 0);
   for (std::uint32_t a = 0; a < states.size(); ++a)
     if (live[a]) rule[a] = b.fresh("str");
   for (std::uint32_t a = 0; a < states.size(); ++a) {
     if (!live[a]) continue;
-    std::vector<expr> alts;
-    if (ends[a]) alts.push_back(lit("\""));
-    std::map<std::uint32_t, std::vector<std::pair<char32_t, char32_t>>> plain;
-    for (const auto& e : edges[a]) {
-      if (!live[e.to]) continue;
-      if (e.symbol == symbols.size()) {
-        plain[e.to].emplace_back(0x80, max_code_point);
-      } else if (symbols[e.symbol].size() == 1) {
-        const auto ch = static_cast<char32_t>(symbols[e.symbol][0]);
-        plain[e.to].emplace_back(ch, ch);
-      } else {
-        alts.push_back(expr::sequence({lit(symbols[e.symbol]), expr::call(rule[e.to])}));
+    const auto [q, c] = states[a];
+    if (tail[a]) {
+      // The rest from a loop at count c: its characters min_len - c to max_len - c times.
+      auto [it, fresh] = loop_chars.emplace(q, 0);
+      if (fresh) {
+        it->second = b.fresh("strchar");
+        b.define(it->second, groups[q][0].characters);
       }
+      const std::uint32_t lo = c < min_len ? min_len - c : 0;
+      const std::uint32_t hi = bounded ? max_len - c : expr::unbounded;
+      b.define(rule[a], expr::sequence({expr::repeat(expr::call(it->second), lo, hi), lit("\"")}));
+      continue;
     }
-    for (auto& [to, ranges] : plain)
-      alts.push_back(expr::sequence({chars(std::move(ranges)), expr::call(rule[to])}));
+    std::vector<expr> alts;
+    if (pends[a]) alts.push_back(lit("\""));
+    for (std::size_t g = 0; g < edges[a].size(); ++g)
+      if (live[edges[a][g]])
+        alts.push_back(expr::sequence({groups[q][g].characters, expr::call(rule[edges[a][g]])}));
     b.define(rule[a], alts.size() == 1 ? alts[0] : expr::choice(std::move(alts)));
   }
   return expr::sequence({lit("\""), expr::call(rule[0])});
