@@ -555,6 +555,19 @@ TEST(json_schema, real_schema_keywords_accept_and_reject) {
            "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 3}})",
        {"{}", R"({"ok": 1, "abc": 2})"},
        {R"({"Bad": 1})", R"({"abcd": 1})", R"({"A": 1})"}},
+      // Objects whose names share suffixes share the rules of "a key no name completes":
+      // each object still tells its own names from other keys (named ones in the schema's
+      // order, the others after them).
+      {R"({"type": "object", "properties": {
+           "a": {"type": "object", "properties": {"apiVersion": {"type": "string"},
+                 "kind": {"type": "string"}}, "additionalProperties": {"type": "integer"}},
+           "b": {"type": "object", "properties": {"apiVersion": {"type": "string"},
+                 "kinds": {"type": "string"}, "xkind": {"type": "string"}},
+                 "additionalProperties": {"type": "integer"}}}})",
+       {R"({"a": {"kind": "x", "kinds": 1, "apiVersio": 2}})",
+        R"({"b": {"apiVersion": "v", "kinds": "x", "xkind": "y", "kind": 1}})"},
+       {R"({"a": {"kind": 1}})", R"({"a": {"kinds": "x"}})", R"({"b": {"kinds": 1}})",
+        R"({"b": {"kind": "x"}})", R"({"b": {"xkind": 1}})", R"({"b": {"apiVersion": 1}})"}},
       // pattern (or format) with minLength / maxLength: the pattern's strings counted.
       {R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3})",
        {R"("ab")", R"("abc")"},

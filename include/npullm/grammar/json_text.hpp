@@ -279,9 +279,23 @@ class json_text_rules : public schema_merger {
     const expr free_rest = shared("key-rest", [&] {
       return expr::sequence({star(chars(specials, true)), lit("\"")});
     });
+    // Children before parents (a child is pushed after its parent). A node's rule depends on
+    // its subtree alone, so nodes with equal subtrees share one rule, across objects too
+    // (the suffixes of names such as apiVersion or metadata recur in every object of a
+    // schema): a node is its terminal flag and its children's code points and rules.
     std::vector<std::uint32_t> rules(trie.size());
-    for (auto& r : rules) r = b_.fresh("key");
-    for (std::size_t k = 0; k < trie.size(); ++k) {
+    for (std::size_t k = trie.size(); k-- > 0;) {
+      std::vector<std::uint32_t> sig{trie[k].terminal};
+      for (const auto& [cp, child] : trie[k].next) {
+        sig.push_back(static_cast<std::uint32_t>(cp));
+        sig.push_back(rules[child]);
+      }
+      const auto [it, fresh] = key_nodes_.emplace(std::move(sig), 0);
+      if (!fresh) {
+        rules[k] = it->second;
+        continue;
+      }
+      rules[k] = it->second = b_.fresh("key");
       std::vector<expr> alts;
       if (!trie[k].terminal) alts.push_back(lit("\""));
       std::vector<std::pair<char32_t, char32_t>> excluded = specials;
@@ -302,6 +316,7 @@ class json_text_rules : public schema_merger {
   grammar_builder b_;
   std::map<std::string, std::uint32_t> shared_;
   std::map<std::string, std::uint32_t> other_keys_;
+  std::map<std::vector<std::uint32_t>, std::uint32_t> key_nodes_;  // other_key's trie nodes
 };
 
 }  // namespace detail
