@@ -51,7 +51,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -197,7 +196,12 @@ class byte_automaton {
       std::uint64_t h =
           ((static_cast<std::uint64_t>(f.pos) << 32) | f.parent) * 0x9E3779B97F4A7C15ull;
       h ^= (h >> 29) + f.count * 0xC2B2AE3D27D4EB4Full;
-      return static_cast<std::size_t>(h ^ (h >> 32));
+      // A full finalizer (MurmurHash3's): the tables below index by the low bits.
+      h ^= h >> 33;
+      h *= 0xFF51AFD7ED558CCDull;
+      h ^= h >> 33;
+      h *= 0xC4CEB9FE1A85EC53ull;
+      return static_cast<std::size_t>(h ^ (h >> 33));
     }
   };
   struct state_info {
@@ -208,13 +212,94 @@ class byte_automaton {
     char32_t value = 0;     // its bits so far
   };
 
-  std::uint32_t frame_id(const frame& f) {
-    const auto [it, inserted] = frame_ids_.emplace(f, static_cast<std::uint32_t>(frames_.size()));
-    if (inserted) {
-      frames_.push_back(f);
-      add_bytes(sizeof(frame) + 48);  // the frame and its map node
+  // Frames by value in open addressing (linear probing, a power-of-two capacity at most half
+  // full): no allocation per entry. A wide step (a state of 100,000 stacks, each settled
+  // anew per byte) spent half its time in the node allocations and lookups of the standard
+  // unordered containers. The frame index maps a frame to its id; the visited set is
+  // cleared in O(1) by a generation stamp.
+  class frame_index {
+   public:
+    // f's id, or `fresh` when f is new (then inserted with that id).
+    std::uint32_t find_or_insert(const frame& f, std::uint32_t fresh) {
+      if ((size_ + 1) * 2 > slots_.size()) grow();
+      const std::size_t mask = slots_.size() - 1;
+      for (std::size_t i = frame_hash{}(f)&mask;; i = (i + 1) & mask) {
+        slot& s = slots_[i];
+        if (s.id == empty) {
+          s = {f, fresh};
+          ++size_;
+          return fresh;
+        }
+        if (s.f == f) return s.id;
+      }
     }
-    return it->second;
+
+   private:
+    static constexpr std::uint32_t empty = 0xFFFFFFFFu;
+    struct slot {
+      frame f{0, 0, 0};
+      std::uint32_t id = empty;
+    };
+    void grow() {
+      std::vector<slot> old(std::max<std::size_t>(64, slots_.size() * 2));
+      old.swap(slots_);
+      size_ = 0;
+      for (const slot& s : old)
+        if (s.id != empty) find_or_insert(s.f, s.id);
+    }
+    std::vector<slot> slots_;
+    std::size_t size_ = 0;
+  };
+  class visited_set {
+   public:
+    bool insert(const frame& f) {  // whether f is new this step
+      if ((size_ + 1) * 2 > slots_.size()) grow();
+      const std::size_t mask = slots_.size() - 1;
+      for (std::size_t i = frame_hash{}(f)&mask;; i = (i + 1) & mask) {
+        slot& s = slots_[i];
+        if (s.gen != gen_) {
+          s = {f, gen_};
+          ++size_;
+          return true;
+        }
+        if (s.f == f) return false;
+      }
+    }
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    void clear() {
+      size_ = 0;
+      if (++gen_ == 0) {  // the stamps wrapped: every slot empty again
+        for (slot& s : slots_) s.gen = 0;
+        gen_ = 1;
+      }
+    }
+
+   private:
+    struct slot {
+      frame f{0, 0, 0};
+      std::uint32_t gen = 0;  // this step's generation: a member
+    };
+    void grow() {
+      std::vector<slot> old(std::max<std::size_t>(64, slots_.size() * 2));
+      old.swap(slots_);
+      const std::uint32_t g = gen_;
+      size_ = 0;
+      for (const slot& s : old)
+        if (s.gen == g) insert(s.f);
+    }
+    std::vector<slot> slots_;
+    std::uint32_t gen_ = 1;
+    std::size_t size_ = 0;
+  };
+
+  std::uint32_t frame_id(const frame& f) {
+    const auto next_id = static_cast<std::uint32_t>(frames_.size());
+    const std::uint32_t id = frame_ids_.find_or_insert(f, next_id);
+    if (id == next_id) {
+      frames_.push_back(f);
+      add_bytes(sizeof(frame) + 48);  // the frame and its index slots (counted as before)
+    }
+    return id;
   }
   // The class the stack of frame f waits on (its top is a class or a repetition of one).
   std::uint32_t class_index(std::uint32_t f) const {
@@ -244,7 +329,7 @@ class byte_automaton {
       frame at = work_.back();
       work_.pop_back();
       for (;;) {
-        if (!visited_.insert(at).second) break;
+        if (!visited_.insert(at)) break;
         if (visited_.size() > max_visited)
           raise(error_code::capacity_exhausted, "grammar: more than ", max_visited,
                 " parse positions after one character (a very ambiguous grammar, such as nested "
@@ -438,7 +523,7 @@ class byte_automaton {
   // Written under build_ only; read under it too but for the pages (below).
   mutable std::mutex build_;
   std::vector<frame> frames_;
-  std::unordered_map<frame, std::uint32_t, frame_hash> frame_ids_;
+  frame_index frame_ids_;
   std::vector<std::uint32_t> state_frames_;
   std::unordered_map<std::string, state_id> state_ids_;
   std::atomic<std::uint32_t> count_{0};
@@ -514,16 +599,11 @@ class byte_automaton {
     }
     dir_.store(d, std::memory_order_release);
   }
-  std::unordered_set<frame, frame_hash> visited_;
-  // clear() costs the bucket count, which one wide step (a start state 100,000 rules deep)
-  // leaves large for every later step: a fresh set then instead (10^5 bytes through a chain of
-  // 10^5 rules: 3 s of memset before).
-  void clear_visited() {
-    if (visited_.bucket_count() > 4096 && visited_.size() < visited_.bucket_count() / 8)
-      std::unordered_set<frame, frame_hash>().swap(visited_);
-    else
-      visited_.clear();
-  }
+  // Cleared in O(1) (a generation stamp), so one wide step (a start state 100,000 rules deep)
+  // costs later steps nothing (10^5 bytes through a chain of 10^5 rules: 3 s of memset when
+  // a clear cost the table's size).
+  visited_set visited_;
+  void clear_visited() { visited_.clear(); }
   std::vector<std::uint32_t> scratch_;
   std::vector<frame> work_;  // settle's frames to visit
 };
