@@ -271,11 +271,18 @@ inline std::optional<expr> string_with_length(byte_automaton& lang, std::uint32_
     }
   }
   // Minimized by refinement (Moore): states apart while their ends or their successors'
-  // blocks differ.
+  // blocks differ. A round costs every state and takes at most one more state apart, so a
+  // chain (^x{5000}$) needs as many rounds as states: past a budget of rounds x states the
+  // states stay as they are (exact, only larger; 5,000 states refined took 13 s).
   const std::size_t n = order.size();
   std::vector<std::uint32_t> block(n);
   for (std::size_t a = 0; a < n; ++a) block[a] = ends[a];
-  for (std::size_t blocks = 0;;) {
+  constexpr std::size_t max_refine_work = 300000;  // rounds x states, about 0.1 s
+  for (std::size_t blocks = 0, work = 0;; work += n) {
+    if (work + n > max_refine_work) {
+      for (std::size_t a = 0; a < n; ++a) block[a] = static_cast<std::uint32_t>(a);
+      break;
+    }
     std::map<std::vector<std::int32_t>, std::uint32_t> by_signature;
     std::vector<std::uint32_t> refined(n);
     std::vector<std::int32_t> sig(n_sym + 1);
